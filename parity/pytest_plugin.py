@@ -1,0 +1,107 @@
+"""pytest integration: ``--parity-device``, ``--parity-profile``, markers ``gpu``/``slow``, and one
+parametrized test case per registered op, implementation and dtype (any test that asks for the
+``parity_case`` fixture), so registering an op adds its tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from parity import device as parity_device_mod
+from parity.spec import Impl, OpSpec, dtype_name
+
+
+@dataclass(frozen=True)
+class ParityCase:
+    """One (op, implementation, dtype) combination to drive through hypothesis."""
+
+    spec: OpSpec
+    impl: Impl
+    dtype_name: str
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("parity")
+    group.addoption("--parity-device", choices=parity_device_mod.DEVICES, default=None,
+                    help="where kernels run: cpu (Triton interpreter, the default) or cuda")
+    group.addoption("--parity-profile", choices=("ci", "gpu"), default=None,
+                    help="hypothesis profile: ci (default on cpu) or gpu (default on cuda)")
+    group.addoption("--parity-op", action="append", default=[], help="only these ops (repeatable)")
+
+
+def _device(config: pytest.Config) -> str:
+    return config.getoption("--parity-device") or parity_device_mod.default_device()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
+    config.addinivalue_line("markers", "slow: long-running; deselect with -m 'not slow'")
+    device = _device(config)
+    if device == "cpu" or _cuda_available():
+        parity_device_mod.configure(device)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "parity_case" not in metafunc.fixturenames:
+        return
+    from parity import registry
+
+    from parity.strategies import get_profile
+
+    wanted = set(metafunc.config.getoption("--parity-op"))
+    on_gpu = _device(metafunc.config) == "cuda"
+    profile = get_profile(_profile_name(metafunc.config))
+    params = []
+    for name, spec in sorted(registry.load().items()):
+        if wanted and name not in wanted:
+            continue
+        for impl in spec.impls().values():
+            for dtype in spec.dtypes:
+                if not profile.wants(dtype_name(dtype)):
+                    continue
+                marks = [pytest.mark.gpu] if on_gpu else []
+                case = ParityCase(spec, impl, dtype_name(dtype))
+                params.append(pytest.param(case, id=f"{name}-{impl.name}-{case.dtype_name}", marks=marks))
+    metafunc.parametrize("parity_case", params)
+
+
+@pytest.fixture(scope="session")
+def parity_device(pytestconfig: pytest.Config) -> str:
+    """The device the parity tests run on."""
+    return _device(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def parity_profile(pytestconfig: pytest.Config, parity_device: str):
+    """The hypothesis profile (ci on cpu, gpu on cuda unless given)."""
+    from parity.strategies import get_profile
+
+    return get_profile(_profile_name(pytestconfig))
+
+
+def _profile_name(config: pytest.Config) -> str:
+    return config.getoption("--parity-profile") or ("gpu" if _device(config) == "cuda" else "ci")
+
+
+@pytest.fixture(scope="session")
+def parity_tolerances():
+    """The project's tolerances.toml, validated against the registry."""
+    from parity import registry, tolerances
+
+    return tolerances.load(specs=registry.load())

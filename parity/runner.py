@@ -1,0 +1,244 @@
+"""Run one problem through the oracle, the baseline and candidates; compare and judge.
+
+The oracle is the op's pure-PyTorch reference run on float64 copies of the inputs. The baseline
+(e.g. the original Triton kernel) and the candidates run in the test dtype on the same inputs.
+The backward uses one random upstream gradient per output, the same for every implementation.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import traceback
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from parity.compare import ErrorStats, bound, error_stats
+from parity.spec import Impl, OpSpec, Problem, dtype_name
+from parity.tolerances import Tolerance, Tolerances
+
+
+@dataclass
+class QuantityResult:
+    """The verdict on one output or gradient of one implementation."""
+
+    name: str
+    candidate: ErrorStats
+    baseline: ErrorStats | None
+    tolerance: Tolerance
+    bound: float
+    passed: bool
+
+    def describe(self) -> str:
+        """One line: what was compared, both errors and the bound."""
+        c = self.candidate
+        base = f"baseline err {self.baseline.max_abs:.3e}" if self.baseline else "no baseline"
+        return (f"{self.name}: max_abs {c.max_abs:.3e} (bound {self.bound:.3e}; {base}), rel_l2 {c.rel_l2:.2e}, "
+                f"nan {c.nan}, inf {c.inf}, worst at {list(c.worst_index)}: got {c.worst_value:.6g}, "
+                f"oracle {c.worst_oracle:.6g}")
+
+
+@dataclass
+class CaseResult:
+    """One implementation on one problem, dtype and seed: data first, text on demand."""
+
+    op: str
+    impl: str
+    dtype: str
+    device: str
+    problem: dict[str, Any]
+    seed: int
+    quantities: list[QuantityResult] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.errors and all(q.passed for q in self.quantities)
+
+    def reproducer(self) -> str:
+        """A shell command that re-runs exactly this case."""
+        problem = json.dumps(self.problem, sort_keys=True, separators=(",", ":"))
+        return (f"parity check --op {self.op} --impl {self.impl} --dtype {self.dtype} --seed {self.seed} "
+                f"--device {self.device} --problem {shlex.quote(problem)}")
+
+    def message(self) -> str:
+        """A failure report naming op, implementation, quantity, dtype, shape, seed and a reproducer."""
+        head = f"{self.op} [{self.impl}] {self.dtype} seed={self.seed} problem={json.dumps(self.problem)}"
+        lines = [f"{'PASS' if self.passed else 'FAIL'} {head}"]
+        lines += [f"  error: {e}" for e in self.errors]
+        lines += [f"  {'ok  ' if q.passed else 'FAIL'} {q.describe()}" for q in self.quantities
+                  if not q.passed or self.passed]
+        lines.append(f"  reproduce: {self.reproducer()}")
+        return "\n".join(lines)
+
+    def worst(self) -> dict[str, float]:
+        """Worst max-abs error per quantity (for evidence records)."""
+        return {q.name: q.candidate.max_abs for q in self.quantities}
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["passed"] = self.passed
+        data["reproducer"] = self.reproducer()
+        return data
+
+
+@dataclass
+class Run:
+    """What one implementation produced: outputs and gradients by name, or the error it raised."""
+
+    values: dict[str, torch.Tensor | None] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def _upcast(value: Any) -> Any:
+    """The oracle's view of an argument: float tensors and float dtype arguments become float64."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.detach().to(torch.float64)
+    if isinstance(value, torch.dtype) and value.is_floating_point:
+        return torch.float64
+    return value
+
+
+def _clone(value: Any) -> Any:
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+
+
+def _as_tuple(result: Any, n: int) -> tuple:
+    if isinstance(result, torch.Tensor) or result is None:
+        result = (result,)
+    result = tuple(result)
+    if len(result) != n:
+        raise ValueError(f"returned {len(result)} outputs, the spec names {n}")
+    return result
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality that treats NaN as equal to NaN."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return bool(torch.equal(a, b))
+
+
+def execute(spec: OpSpec, fn: Callable[..., Any], inputs: Mapping[str, Any],
+            upstream: Callable[[str, torch.Tensor], torch.Tensor] | None) -> Run:
+    """Call ``fn`` on copies of ``inputs``; then backward with ``upstream(name, out)`` gradients."""
+    run = Run()
+    args = {k: _clone(v) for k, v in inputs.items()}
+    before = {k: _clone(v) for k, v in args.items() if isinstance(v, torch.Tensor)}
+    wanted = [n for n in spec.grad_inputs if isinstance(args.get(n), torch.Tensor)] if upstream else []
+    for name in wanted:
+        args[name].requires_grad_(True)
+    try:
+        outs = _as_tuple(fn(**args), len(spec.outputs))
+    except Exception as exc:  # an implementation failing is a result, not a crash of the engine
+        run.errors.append(f"forward raised {type(exc).__name__}: {exc}".strip())
+        run.errors.append(traceback.format_exc(limit=-3).strip().splitlines()[-2].strip())
+        return run
+    for name, out in zip(spec.outputs, outs, strict=True):
+        run.values[name] = out.detach() if isinstance(out, torch.Tensor) else None
+    for name, old in before.items():
+        if name not in spec.mutable_inputs and not _same(args[name].detach(), old):
+            run.errors.append(f"input {name!r} was modified in place")
+    if not wanted:
+        return run
+    pairs = [(o, upstream(n, o)) for n, o in zip(spec.outputs, outs, strict=True)
+             if isinstance(o, torch.Tensor) and o.is_floating_point()]
+    differentiable = [(o, g) for o, g in pairs if o.requires_grad]
+    if not differentiable:
+        run.errors.append("no output is differentiable: backward not implemented")
+        return run
+    try:
+        grads = torch.autograd.grad([o for o, _ in differentiable], [args[n] for n in wanted],
+                                    [g for _, g in differentiable], allow_unused=True)
+    except Exception as exc:
+        run.errors.append(f"backward raised {type(exc).__name__}: {exc}".strip())
+        return run
+    for name, grad in zip(wanted, grads, strict=True):
+        run.values[f"grad.{name}"] = grad
+    return run
+
+
+def _upstream_grads(seed: int) -> Callable[[str, torch.Tensor], torch.Tensor]:
+    """One random upstream gradient per output, a function of the seed, the output's name and shape
+    only, so every implementation gets the same one (in its own output dtype)."""
+
+    def upstream(name: str, out: torch.Tensor) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(seed * 1000003 + zlib.crc32(name.encode()))
+        grad = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+        return grad.to(device=out.device, dtype=out.dtype)
+
+    return upstream
+
+
+def _compare(spec: OpSpec, dtype: str, tolerances: Tolerances, oracle: Run, run: Run,
+             baseline: Run | None) -> tuple[list[QuantityResult], list[str]]:
+    results: list[QuantityResult] = []
+    errors: list[str] = []
+    for name in spec.compared_names():
+        if name not in oracle.values:
+            continue
+        ref, got = oracle.values[name], run.values.get(name)
+        if ref is None:
+            if got is not None:
+                errors.append(f"{name}: the oracle returns None but the implementation returned a tensor")
+            continue
+        if got is None:
+            errors.append(f"{name}: missing (the oracle has shape {tuple(ref.shape)})")
+            continue
+        if tuple(got.shape) != tuple(ref.shape):
+            errors.append(f"{name}: shape {tuple(got.shape)} != oracle shape {tuple(ref.shape)}")
+            continue
+        stats = error_stats(got, ref)
+        base_stats = None
+        if baseline is not None and isinstance(baseline.values.get(name), torch.Tensor):
+            base_val = baseline.values[name]
+            if tuple(base_val.shape) == tuple(ref.shape):
+                base_stats = error_stats(base_val, ref)
+                if base_stats.max_abs == float("inf"):
+                    base_stats = None  # a broken baseline must not widen the bound to infinity
+        tol = tolerances.lookup(spec.name, dtype, name)
+        limit = bound(tol, base_stats, stats.oracle_max_abs)
+        ok = stats.max_abs <= limit and stats.nan == 0 and stats.inf == 0
+        results.append(QuantityResult(name, stats, base_stats, tol, limit, ok))
+    return results, errors
+
+
+def run_problem(spec: OpSpec, impls: Sequence[Impl], problem: Problem, dtype: torch.dtype, seed: int,
+                device: str, tolerances: Tolerances, backward: bool = True,
+                wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None) -> list[CaseResult]:
+    """Check each of ``impls`` on one problem; the oracle and baseline run once and are shared.
+
+    ``wrap`` (optional) wraps each candidate callable, e.g. to poison fresh allocations.
+    """
+    dev = torch.device(device)
+    inputs = spec.make_inputs(problem, dtype, seed, dev)
+    upstream = _upstream_grads(seed) if backward and spec.grad_inputs else None
+    oracle = execute(spec, spec.reference.load(), {k: _upcast(v) for k, v in inputs.items()}, upstream)
+    if oracle.errors:
+        raise RuntimeError(f"the oracle of {spec.name} failed on {dict(problem)}: {'; '.join(oracle.errors)}")
+    base_run = None
+    if spec.baseline is not None and any(i.name != spec.baseline.name for i in impls):
+        base_run = execute(spec, spec.baseline.load(), inputs, upstream)
+    name = dtype_name(dtype)
+    results = []
+    for impl in impls:
+        is_baseline = spec.baseline is not None and impl.name == spec.baseline.name
+        if is_baseline and base_run is not None and wrap is None:
+            run = base_run
+        else:
+            fn = impl.load()
+            run = execute(spec, wrap(fn) if wrap else fn, inputs, upstream)
+        case = CaseResult(spec.name, impl.name, name, device, dict(problem), seed)
+        case.errors.extend(run.errors)
+        if not run.errors:
+            quantities, errors = _compare(spec, name, tolerances, oracle, run,
+                                          None if is_baseline else base_run)
+            case.quantities, case.errors = quantities, errors
+        results.append(case)
+    return results

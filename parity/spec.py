@@ -1,0 +1,117 @@
+"""Declarative op specs, in the spirit of PyTorch's OpInfo.
+
+An :class:`OpSpec` says how to build inputs for a problem, which implementations exist (a pure
+PyTorch reference that doubles as the float64 oracle, an optional baseline such as the original
+Triton kernel, and candidates such as Helion ports with explicit configs), which outputs are
+compared and which inputs receive gradients. Implementations are named by import path and loaded
+lazily, so registering an op imports neither triton nor helion.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from parity.errors import ParityError
+
+Problem = Mapping[str, Any]
+"""A JSON-able description of one problem instance: sizes and optional features."""
+
+InputMaker = Callable[[Problem, torch.dtype, int, torch.device], dict[str, Any]]
+"""(problem, dtype, seed, device) -> keyword arguments of the op."""
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float64": torch.float64,
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    """``"bfloat16"`` (or ``"bf16"``, ``"fp16"``, ``"fp32"``) -> the torch dtype."""
+    aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "fp64": "float64"}
+    key = aliases.get(name, name)
+    if key not in DTYPES:
+        raise ParityError(f"unknown dtype {name!r}: expected one of {', '.join(DTYPES)}")
+    return DTYPES[key]
+
+
+@dataclass(frozen=True)
+class Impl:
+    """One implementation of an op, by import path ``"package.module:function"``.
+
+    ``config`` is passed as the keyword ``config=`` when not None (e.g. a Helion config).
+    """
+
+    name: str
+    target: str
+    config: Mapping[str, Any] | None = None
+
+    def load(self) -> Callable[..., Any]:
+        """Import the target and return a callable taking the op's keyword arguments."""
+        module_name, _, attr = self.target.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ParityError(f"implementation {self.name!r}: cannot load {self.target!r}: {exc}") from exc
+        if self.config is None:
+            return fn
+        config = dict(self.config)
+        return lambda **kwargs: fn(**kwargs, config=config)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """Everything the engine needs to check one op.
+
+    outputs: names of the positional outputs of the op (a single tensor counts as one).
+    grad_inputs: inputs that receive gradients (skipped when the input is None for a problem).
+    problems: profile name -> hypothesis strategy of problems.
+    examples: problems always checked first (pinned regressions).
+    training_problems: the shapes the op meets in training, always part of a gate.
+    nondeterministic: outputs may differ bitwise between identical runs (e.g. atomics).
+    mutable_inputs: inputs an implementation is allowed to modify in place.
+    """
+
+    name: str
+    reference: Impl
+    make_inputs: InputMaker
+    problems: Callable[[str], Any]
+    outputs: tuple[str, ...]
+    grad_inputs: tuple[str, ...] = ()
+    baseline: Impl | None = None
+    candidates: tuple[Impl, ...] = ()
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16, torch.float16)
+    examples: tuple[Problem, ...] = ()
+    training_problems: tuple[Problem, ...] = ()
+    nondeterministic: bool = False
+    mutable_inputs: tuple[str, ...] = ()
+    description: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def impls(self) -> dict[str, Impl]:
+        """All implementations that can be checked against the oracle, by name."""
+        found = {impl.name: impl for impl in ((self.baseline,) if self.baseline else ()) + self.candidates}
+        return found
+
+    def impl(self, name: str) -> Impl:
+        """The implementation called ``name``; a clear error if there is none."""
+        impls = self.impls()
+        if name not in impls:
+            raise ParityError(f"op {self.name!r} has no implementation {name!r}: "
+                              f"expected one of {', '.join(impls) or '(none)'}")
+        return impls[name]
+
+    def compared_names(self) -> tuple[str, ...]:
+        """Names of every compared quantity: outputs, then ``grad.<input>``."""
+        return self.outputs + tuple(f"grad.{name}" for name in self.grad_inputs)

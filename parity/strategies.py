@@ -1,0 +1,85 @@
+"""Hypothesis profiles and the driver that feeds generated problems through the engine.
+
+Profiles: ``ci`` is for CPU (derandomized, few small examples, fast) and ``gpu`` for the GPU
+(more examples, realistic sizes). Each spec's ``problems(profile)`` strategy decides the size caps;
+``spec.extra["max_examples"][profile]`` may lower or raise the example count for a heavy or light op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+
+from parity.errors import ParityError
+from parity.runner import CaseResult, run_problem
+from parity.spec import Impl, OpSpec
+from parity.tolerances import Tolerances
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How hard to search: number of generated problems and whether the search is derandomized."""
+
+    name: str
+    max_examples: int
+    derandomize: bool
+    dtypes: tuple[str, ...] | None = None  # None: every dtype the spec lists
+
+    def wants(self, dtype: str) -> bool:
+        """Whether this profile checks ``dtype``."""
+        return self.dtypes is None or dtype in self.dtypes
+
+
+PROFILES = {
+    # CPU: the Triton interpreter is slow, so few problems and the two dtypes issue #2 asks for.
+    "ci": Profile("ci", max_examples=2, derandomize=True, dtypes=("float32", "float16")),
+    "gpu": Profile("gpu", max_examples=25, derandomize=False),
+}
+
+
+def get_profile(name: str) -> Profile:
+    """The profile called ``name``; a clear error otherwise."""
+    if name not in PROFILES:
+        raise ParityError(f"unknown profile {name!r}: expected one of {', '.join(PROFILES)}")
+    return PROFILES[name]
+
+
+def examples_for(spec: OpSpec, profile: Profile) -> int:
+    """The number of generated problems for ``spec`` under ``profile``."""
+    return int(spec.extra.get("max_examples", {}).get(profile.name, profile.max_examples))
+
+
+def drive(spec: OpSpec, impls: Sequence[Impl], dtype: torch.dtype, device: str, profile: Profile,
+          tolerances: Tolerances, on_result: Callable[[CaseResult], None], raise_on_fail: bool,
+          backward: bool = True, max_examples: int | None = None,
+          wrap: Callable | None = None) -> None:
+    """Check ``impls`` on the spec's pinned examples, then on generated problems.
+
+    With ``raise_on_fail`` a failure raises AssertionError carrying the report and the reproducer,
+    so that hypothesis shrinks it to a minimal problem; otherwise every result is only recorded.
+    """
+    count = examples_for(spec, profile) if max_examples is None else max_examples
+
+    def check(problem: dict, seed: int) -> None:
+        for result in run_problem(spec, impls, problem, dtype, seed, device, tolerances, backward, wrap):
+            on_result(result)
+            if raise_on_fail and not result.passed:
+                raise AssertionError(result.message())
+
+    phases = [Phase.explicit] + ([Phase.generate, Phase.shrink] if count > 0 else [])
+    test = settings(
+        max_examples=max(count, 1),
+        derandomize=profile.derandomize,
+        deadline=None,
+        database=None if profile.derandomize else settings.default.database,
+        phases=phases,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+    )(given(problem=spec.problems(profile.name), seed=st.integers(0, 2**20))(check))
+    for pinned in reversed(spec.examples):
+        test = example(problem=dict(pinned), seed=0)(test)
+    test()
