@@ -61,7 +61,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "parity_case" not in metafunc.fixturenames:
         return
     from parity import registry
-
     from parity.strategies import get_profile
 
     wanted = set(metafunc.config.getoption("--parity-op"))

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from parity.compare import ErrorStats, bound, error_stats
+from parity.poison import poisoned
 from parity.spec import Impl, OpSpec, Problem, dtype_name
 from parity.tolerances import Tolerance, Tolerances
 
@@ -54,6 +55,7 @@ class CaseResult:
     seed: int
     quantities: list[QuantityResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -70,6 +72,7 @@ class CaseResult:
         head = f"{self.op} [{self.impl}] {self.dtype} seed={self.seed} problem={json.dumps(self.problem)}"
         lines = [f"{'PASS' if self.passed else 'FAIL'} {head}"]
         lines += [f"  error: {e}" for e in self.errors]
+        lines += [f"  note: {n}" for n in self.notes]
         lines += [f"  {'ok  ' if q.passed else 'FAIL'} {q.describe()}" for q in self.quantities
                   if not q.passed or self.passed]
         lines.append(f"  reproduce: {self.reproducer()}")
@@ -137,8 +140,8 @@ def execute(spec: OpSpec, fn: Callable[..., Any], inputs: Mapping[str, Any],
     try:
         outs = _as_tuple(fn(**args), len(spec.outputs))
     except Exception as exc:  # an implementation failing is a result, not a crash of the engine
-        run.errors.append(f"forward raised {type(exc).__name__}: {exc}".strip())
-        run.errors.append(traceback.format_exc(limit=-3).strip().splitlines()[-2].strip())
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        run.errors.append(f"forward raised {type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})")
         return run
     for name, out in zip(spec.outputs, outs, strict=True):
         run.values[name] = out.detach() if isinstance(out, torch.Tensor) else None
@@ -211,10 +214,11 @@ def _compare(spec: OpSpec, dtype: str, tolerances: Tolerances, oracle: Run, run:
 
 def run_problem(spec: OpSpec, impls: Sequence[Impl], problem: Problem, dtype: torch.dtype, seed: int,
                 device: str, tolerances: Tolerances, backward: bool = True,
-                wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None) -> list[CaseResult]:
-    """Check each of ``impls`` on one problem; the oracle and baseline run once and are shared.
+                poison: Sequence[str] = ("nan",)) -> list[CaseResult]:
+    """Check each of ``impls`` on one problem; the oracle and the baseline run once and are shared.
 
-    ``wrap`` (optional) wraps each candidate callable, e.g. to poison fresh allocations.
+    Each implementation runs once per ``poison`` pattern (its fresh allocations pre-filled with it,
+    see :mod:`parity.poison`) and must pass every time; the baseline that sets the bounds runs clean.
     """
     dev = torch.device(device)
     inputs = spec.make_inputs(problem, dtype, seed, dev)
@@ -229,16 +233,22 @@ def run_problem(spec: OpSpec, impls: Sequence[Impl], problem: Problem, dtype: to
     results = []
     for impl in impls:
         is_baseline = spec.baseline is not None and impl.name == spec.baseline.name
-        if is_baseline and base_run is not None and wrap is None:
-            run = base_run
-        else:
-            fn = impl.load()
-            run = execute(spec, wrap(fn) if wrap else fn, inputs, upstream)
-        case = CaseResult(spec.name, impl.name, name, device, dict(problem), seed)
-        case.errors.extend(run.errors)
-        if not run.errors:
-            quantities, errors = _compare(spec, name, tolerances, oracle, run,
-                                          None if is_baseline else base_run)
-            case.quantities, case.errors = quantities, errors
+        fn = impl.load()
+        runs = [(p, execute(spec, poisoned(fn, p), inputs, upstream)) for p in poison] or [
+            ("", base_run if is_baseline and base_run is not None else execute(spec, fn, inputs, upstream))]
+        case = None
+        for pattern, run in runs:
+            case = CaseResult(spec.name, impl.name, name, device, dict(problem), seed)
+            case.errors.extend(run.errors)
+            if base_run is not None and base_run.errors and not is_baseline:
+                case.notes.append(f"baseline {spec.baseline.name} failed, absolute bounds used: {base_run.errors[0]}")
+            if not run.errors:
+                case.quantities, case.errors = _compare(spec, name, tolerances, oracle, run,
+                                                        None if is_baseline else base_run)
+            if not case.passed:
+                if pattern:
+                    case.errors.append(f"(fresh allocations were pre-filled with {pattern})")
+                break
+        assert case is not None
         results.append(case)
     return results

@@ -48,22 +48,26 @@ def parse_dtype(name: str) -> torch.dtype:
 
 @dataclass(frozen=True)
 class Impl:
-    """One implementation of an op, by import path ``"package.module:function"``.
+    """One implementation of an op: a callable, or its import path ``"package.module:function"``
+    (loaded lazily, so that registering an op imports no kernel library).
 
     ``config`` is passed as the keyword ``config=`` when not None (e.g. a Helion config).
     """
 
     name: str
-    target: str
+    target: str | Callable[..., Any]
     config: Mapping[str, Any] | None = None
 
     def load(self) -> Callable[..., Any]:
         """Import the target and return a callable taking the op's keyword arguments."""
-        module_name, _, attr = self.target.partition(":")
-        try:
-            fn = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ParityError(f"implementation {self.name!r}: cannot load {self.target!r}: {exc}") from exc
+        if callable(self.target):
+            fn = self.target
+        else:
+            module_name, _, attr = self.target.partition(":")
+            try:
+                fn = getattr(importlib.import_module(module_name), attr)
+            except (ImportError, AttributeError) as exc:
+                raise ParityError(f"implementation {self.name!r}: cannot load {self.target!r}: {exc}") from exc
         if self.config is None:
             return fn
         config = dict(self.config)

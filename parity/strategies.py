@@ -56,7 +56,7 @@ def examples_for(spec: OpSpec, profile: Profile) -> int:
 def drive(spec: OpSpec, impls: Sequence[Impl], dtype: torch.dtype, device: str, profile: Profile,
           tolerances: Tolerances, on_result: Callable[[CaseResult], None], raise_on_fail: bool,
           backward: bool = True, max_examples: int | None = None,
-          wrap: Callable | None = None) -> None:
+          poison: Sequence[str] = ("nan",)) -> None:
     """Check ``impls`` on the spec's pinned examples, then on generated problems.
 
     With ``raise_on_fail`` a failure raises AssertionError carrying the report and the reproducer,
@@ -65,7 +65,7 @@ def drive(spec: OpSpec, impls: Sequence[Impl], dtype: torch.dtype, device: str, 
     count = examples_for(spec, profile) if max_examples is None else max_examples
 
     def check(problem: dict, seed: int) -> None:
-        for result in run_problem(spec, impls, problem, dtype, seed, device, tolerances, backward, wrap):
+        for result in run_problem(spec, impls, problem, dtype, seed, device, tolerances, backward, poison):
             on_result(result)
             if raise_on_fail and not result.passed:
                 raise AssertionError(result.message())
