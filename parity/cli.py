@@ -11,6 +11,7 @@ import json
 import platform
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -45,6 +46,23 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--examples", type=int, default=None, help="generated problems per op (default by profile)")
     check.add_argument("--forward-only", action="store_true", help="skip the backward check")
     _add_run_options(check)
+
+    for name, text in (("gate", "check one config across the op's shape family; non-zero exit on failure"),
+                       ("promote", "gate a config, then write it to the config store only if it passed")):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("op")
+        cmd.add_argument("--config", required=True, help="JSON file with the candidate's config")
+        cmd.add_argument("--impl", default=None, help="the candidate implementation (default: the op's first)")
+        cmd.add_argument("--examples", type=int, default=None, help="generated problems per dtype")
+        cmd.add_argument("--bucket-shape", default=None,
+                         help="JSON problem whose shape bucket the entry is for (default: the op's training shape)")
+        cmd.add_argument("--store", default=None, help="config store directory (default: configs/)")
+        _add_run_options(cmd)
+
+    configs = sub.add_parser("configs", help="inspect the config store")
+    configs.add_argument("action", choices=("list", "show", "verify"))
+    configs.add_argument("op", nargs="?", default=None)
+    configs.add_argument("--store", default=None, help="config store directory (default: configs/)")
     return parser
 
 
@@ -57,6 +75,17 @@ def _setup(args: argparse.Namespace) -> tuple[dict, Any, Any]:
     specs = registry.load()
     profile = get_profile(args.profile or ("gpu" if args.device == "cuda" else "ci"))
     return specs, profile, tolerances.load(specs=specs)
+
+
+def _json_object(text: str, flag: str) -> dict[str, Any]:
+    """A command-line JSON object, or a one-line error naming the flag."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ParityError(f"{flag} is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ParityError(f"{flag} must be a JSON object, got {type(value).__name__}")
+    return value
 
 
 def _meta(args: argparse.Namespace) -> dict[str, Any]:
@@ -77,14 +106,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
 
     specs, profile, tols = _setup(args)
     chosen = [registry.get(name) for name in args.op] if args.op else [specs[k] for k in sorted(specs)]
-    problem = None
-    if args.problem is not None:
-        try:
-            problem = json.loads(args.problem)
-        except json.JSONDecodeError as exc:
-            raise ParityError(f"--problem is not valid JSON: {exc}") from exc
-        if not isinstance(problem, dict):
-            raise ParityError("--problem must be a JSON object")
+    problem = None if args.problem is None else _json_object(args.problem, "--problem")
     wanted_dtypes = [parse_dtype(d) for d in args.dtype]
     results: list[CaseResult] = []
     jobs = []
@@ -113,7 +135,93 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     return EXIT_FAIL if failed or not results else EXIT_OK
 
 
-COMMANDS = {"check": cmd_check}
+def _candidate(spec: Any, args: argparse.Namespace, config: dict[str, Any]) -> Any:
+    """The implementation the config is for, carrying the config."""
+    import dataclasses
+
+    if args.impl:
+        base = spec.impl(args.impl)
+    elif spec.candidates:
+        base = spec.candidates[0]
+    else:
+        raise ParityError(f"op {spec.name!r} has no candidate implementation to configure")
+    return dataclasses.replace(base, name=f"{base.name.split('-cfg')[0]}@{Path(args.config).name}", config=config)
+
+
+def cmd_gate(args: argparse.Namespace, console: Console) -> int:
+    """Gate (and with ``promote``, store) one config."""
+    from parity import registry, report
+    from parity.gate import gate, load_config
+    from parity.spec import dtype_name, parse_dtype
+    from parity.store import Key, Store, device_key
+
+    config = load_config(args.config)
+    _, profile, tols = _setup(args)
+    spec = registry.get(args.op)
+    impl = _candidate(spec, args, config)
+    dtypes = [parse_dtype(d) for d in args.dtype] or [d for d in spec.dtypes if profile.wants(dtype_name(d))]
+    shape = _json_object(args.bucket_shape, "--bucket-shape") if args.bucket_shape else (
+        spec.training_problems[0] if spec.training_problems else {})
+    store = Store(args.store) if args.store else Store()
+    done = []
+
+    def progress(result: Any) -> None:
+        done.append(result)
+        mark = "ok" if result.passed else "FAIL"
+        console.print(f"[{len(done)}] {mark} {result.dtype} {json.dumps(result.problem)}", markup=False)
+
+    result = gate(spec, impl, args.device, profile, tols, dtypes, max_examples=args.examples, on_result=progress)
+    report.print_table(report.summarize(result.cases), console)
+    for case in result.cases:
+        if not case.passed:
+            console.print(case.message(), markup=False, highlight=False)
+    for det in result.determinism:
+        console.print(f"determinism {det['dtype']}: bitwise identical={det['bitwise_identical']} "
+                      f"spread={det['max_spread']:.3e} ok={det['ok']}", markup=False)
+    for note in result.skipped:
+        console.print(f"not run: {note}", markup=False)
+    evidence = result.evidence()
+    if args.json_path:
+        report.atomic_write(args.json_path, json.dumps(evidence, indent=1) + "\n")
+    if not result.passed:
+        console.print(f"gate FAILED for {spec.name} {impl.name}: nothing written to the store", markup=False)
+        return EXIT_FAIL
+    console.print(f"gate passed: {len(result.cases)} cases", markup=False)
+    if args.command == "promote":
+        for dtype in dtypes:
+            key = Key(device_key(args.device), spec.name, str(impl.target), dtype_name(dtype), spec.bucket(shape))
+            store.put(key, config, evidence)
+            console.print(f"promoted to {store.path(key.device, key.op)} ({key.dtype}, bucket {key.bucket})",
+                          markup=False)
+    return EXIT_OK
+
+
+def cmd_configs(args: argparse.Namespace, console: Console) -> int:
+    """List, show or verify store entries."""
+    from parity.store import Store
+
+    store = Store(args.store) if args.store else Store()
+    files = sorted(store.root.glob("*/*.json")) if store.root.exists() else []
+    stale = 0
+    for path in files:
+        device, op = path.parent.name, path.stem
+        if args.op and op != args.op:
+            continue
+        for entry in store.entries(device, op):
+            line = f"{device} {op} {entry['dtype']} bucket={entry['bucket']} {entry['target']} ({entry['date']})"
+            if args.action == "show":
+                console.print_json(json.dumps(entry))
+            elif args.action == "verify":
+                reasons = store.staleness(entry)
+                stale += bool(reasons)
+                line += "  OK" if not reasons else "  STALE: " + "; ".join(reasons)
+                console.print(line, markup=False)
+            else:
+                console.print(line, markup=False)
+    return EXIT_FAIL if stale else EXIT_OK
+
+
+COMMANDS = {"check": cmd_check, "gate": cmd_gate, "promote": cmd_gate, "configs": cmd_configs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,118 @@
+"""The gate: one candidate config across an op's whole shape family, forward and backward, with
+poisoned allocations and determinism reruns. Only a config that passes may be promoted."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from parity.errors import ParityError
+from parity.runner import CaseResult, _same, execute, run_problem
+from parity.spec import Impl, OpSpec, dtype_name
+from parity.strategies import Profile, drive
+from parity.tolerances import Tolerances
+
+
+def load_config(path: Path | str) -> dict[str, Any]:
+    """A config file: a JSON object. Malformed input is a ParityError naming the file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ParityError(f"{path}: cannot read config: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise ParityError(f"{path}: malformed JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ParityError(f"{path}: a config must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+@dataclass
+class GateReport:
+    """Everything the gate saw: every case, determinism reruns, and a verdict."""
+
+    op: str
+    impl: str
+    config: dict[str, Any]
+    device: str
+    cases: list[CaseResult] = field(default_factory=list)
+    determinism: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.cases) and all(c.passed for c in self.cases) and all(d["ok"] for d in self.determinism)
+
+    def evidence(self) -> dict[str, Any]:
+        """The summary a store entry carries."""
+        worst: dict[str, float] = {}
+        for case in self.cases:
+            for q in case.quantities:
+                worst[f"{case.dtype}:{q.name}"] = max(worst.get(f"{case.dtype}:{q.name}", 0.0), q.candidate.max_abs)
+        return {
+            "cases": len(self.cases),
+            "problems": sorted({json.dumps(c.problem, sort_keys=True) for c in self.cases}),
+            "seeds": sorted({c.seed for c in self.cases}),
+            "dtypes": sorted({c.dtype for c in self.cases}),
+            "worst_max_abs": worst,
+            "determinism": self.determinism,
+            "skipped": self.skipped,
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        }
+
+
+def _determinism(spec: OpSpec, impl: Impl, problem: Mapping[str, Any], dtype: torch.dtype, device: str,
+                 reruns: int) -> dict[str, Any]:
+    """Re-run on identical inputs: bitwise identical, or the largest spread seen."""
+    inputs = spec.make_inputs(problem, dtype, 0, torch.device(device))
+    fn = impl.load()
+    first = execute(spec, fn, inputs, None)
+    spread = 0.0
+    identical = True
+    for _ in range(reruns):
+        again = execute(spec, fn, inputs, None)
+        for name, value in first.values.items():
+            other = again.values.get(name)
+            if isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor) and not _same(value, other):
+                identical = False
+                spread = max(spread, float((value.double() - other.double()).abs().max()))
+    ok = not first.errors and (identical or spec.nondeterministic)
+    return {"problem": dict(problem), "dtype": dtype_name(dtype), "reruns": reruns, "bitwise_identical": identical,
+            "max_spread": spread, "ok": ok}
+
+
+def gate(spec: OpSpec, impl: Impl, device: str, profile: Profile, tolerances: Tolerances,
+         dtypes: Sequence[torch.dtype], max_examples: int | None = None, reruns: int = 2,
+         on_result: Callable[[CaseResult], None] | None = None) -> GateReport:
+    """Check ``impl`` on the profile's problems plus the op's training problems (on CUDA), forward and
+    backward, each with NaN- and garbage-filled allocations, then rerun for determinism."""
+    if spec.check_config is not None and impl.config is not None:
+        spec.check_config(impl.config)
+    report = GateReport(spec.name, impl.name, dict(impl.config or {}), device)
+
+    def record(result: CaseResult) -> None:
+        report.cases.append(result)
+        if on_result:
+            on_result(result)
+
+    for dtype in dtypes:
+        drive(spec, [impl], dtype, device, profile, tolerances, on_result=record, raise_on_fail=False,
+              max_examples=max_examples, poison=("nan", "garbage"))
+        for problem in spec.training_problems:
+            if device == "cuda":
+                for result in run_problem(spec, [impl], problem, dtype, 0, device, tolerances,
+                                          poison=("nan", "garbage")):
+                    record(result)
+            else:
+                report.skipped.append(f"training problem {json.dumps(problem)} ({dtype_name(dtype)}): "
+                                      "too large for the CPU interpreter")
+        pinned = spec.examples[0] if spec.examples else (spec.training_problems[0] if device == "cuda" else None)
+        if pinned is not None:
+            report.determinism.append(_determinism(spec, impl, pinned, dtype, device, reruns))
+    return report
