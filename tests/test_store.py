@@ -1,0 +1,121 @@
+"""The config store: atomic writes, the lock, stale-entry refusal and bad input."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import warnings
+
+import pytest
+
+from parity import store as store_mod
+from parity.errors import ParityError
+from parity.store import Key, StaleConfigError, Store, promoted_config
+
+
+@pytest.fixture()
+def kernel_module(tmp_path, monkeypatch):
+    """A throwaway kernel module whose source the store hashes."""
+    path = tmp_path / "toykernel.py"
+    path.write_text("def kernel(**kw):\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("toykernel", None)
+    yield path
+    sys.modules.pop("toykernel", None)
+
+
+def _key(bucket: str = "b1", device: str = "cpu-interpreter") -> Key:
+    return Key(device, "toy", "toykernel:kernel", "float32", bucket)
+
+
+def test_put_then_find_round_trips(tmp_path, kernel_module):
+    s = Store(tmp_path / "configs")
+    s.put(_key(), {"block_sizes": [16]}, {"cases": 3})
+    entry = s.find(_key())
+    assert entry["config"] == {"block_sizes": [16]} and entry["evidence"] == {"cases": 3}
+    assert set(entry["versions"]) == {"helion", "triton", "torch"} and len(entry["kernel_hash"]) == 64
+    assert s.find(_key("other")) is None
+
+
+def test_interrupted_write_leaves_the_previous_entry(tmp_path, kernel_module, monkeypatch):
+    s = Store(tmp_path / "configs")
+    s.put(_key(), {"v": 1}, {})
+    before = s.path("cpu-interpreter", "toy").read_text()
+
+    def crash(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        s.put(_key(), {"v": 2}, {})
+    assert s.path("cpu-interpreter", "toy").read_text() == before
+    assert [p.name for p in s.path("cpu-interpreter", "toy").parent.iterdir() if p.suffix == ".tmp"] == []
+
+
+def _promote(root: str, module_dir: str, bucket: str) -> None:
+    sys.path.insert(0, module_dir)
+    Store(root).put(_key(bucket), {"bucket": bucket}, {})
+
+
+def test_two_promoters_at_once_keep_both_entries(tmp_path, kernel_module):
+    root = str(tmp_path / "configs")
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_promote, args=(root, str(kernel_module.parent), f"b{i}")) for i in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    entries = Store(root).entries("cpu-interpreter", "toy")
+    assert sorted(e["bucket"] for e in entries) == [f"b{i}" for i in range(6)]
+
+
+def test_stale_entry_is_refused_with_how_to_regate(tmp_path, kernel_module):
+    s = Store(tmp_path / "configs")
+    s.put(_key(), {"v": 1}, {})
+    assert promoted_config("toy", "toykernel:kernel", "float32", "b1", "cpu", s) == {"v": 1}
+    kernel_module.write_text("def kernel(**kw):\n    return 2\n")
+    with pytest.raises(StaleConfigError, match="changed since it was gated.*parity promote toy"):
+        promoted_config("toy", "toykernel:kernel", "float32", "b1", "cpu", s)
+
+
+def test_version_change_makes_an_entry_stale(tmp_path, kernel_module, monkeypatch):
+    s = Store(tmp_path / "configs")
+    s.put(_key(), {"v": 1}, {})
+    monkeypatch.setattr(store_mod, "versions", lambda: {"helion": "9.9", "triton": "3.6.0", "torch": "x"})
+    reasons = s.staleness(s.find(_key()))
+    assert any("helion is 9.9" in r for r in reasons)
+
+
+def test_missing_entry_warns_once_and_returns_none(tmp_path, kernel_module):
+    s = Store(tmp_path / "configs")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert promoted_config("toy", "toykernel:kernel", "float32", "nope", "cpu", s) is None
+        assert promoted_config("toy", "toykernel:kernel", "float32", "nope", "cpu", s) is None
+    assert len([w for w in caught if "no promoted config" in str(w.message)]) == 1
+
+
+def test_wildcard_bucket_is_the_fallback(tmp_path, kernel_module):
+    s = Store(tmp_path / "configs")
+    s.put(_key("*"), {"v": "any"}, {})
+    assert s.find(_key("b7"))["config"] == {"v": "any"}
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"entries": 3}'])
+def test_malformed_store_file_is_a_clear_error(tmp_path, text):
+    s = Store(tmp_path / "configs")
+    path = s.path("cpu-interpreter", "toy")
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    with pytest.raises(ParityError, match=r"toy\.json"):
+        s.entries("cpu-interpreter", "toy")
+
+
+def test_store_files_are_reviewable_json(tmp_path, kernel_module):
+    s = Store(tmp_path / "configs")
+    s.put(_key(), {"v": 1}, {})
+    data = json.loads(s.path("cpu-interpreter", "toy").read_text())
+    assert data["device"] == "cpu-interpreter" and data["op"] == "toy" and len(data["entries"]) == 1
