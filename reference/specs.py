@@ -340,6 +340,27 @@ SSD_OPS = {
                      ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states"), SSD_FEATURES),
 }
 
+def _chunks(p: Problem) -> int:
+    return -(-p["seqlen"] // p["chunk_size"])
+
+
+# Matmul FLOPs of the forward (for the benchmark's compute floor); element-wise work is ignored.
+SSD_FLOPS: dict[str, Callable[[Problem], float]] = {
+    "chunk_cumsum": lambda p: 0.0,
+    "chunk_state": lambda p: 2.0 * p["batch"] * p["seqlen"] * p["nheads"] * p["headdim"] * p["dstate"],
+    "state_passing": lambda p: 2.0 * p["batch"] * _chunks(p) * p["nheads"] * p["headdim"] * p["dstate"],
+    "bmm_chunk": lambda p: 2.0 * p["batch"] * _chunks(p) * p["ngroups"] * p["chunk_size"] ** 2 * p["dstate"],
+    "chunk_scan": lambda p: 2.0 * p["batch"] * p["seqlen"] * p["nheads"] * p["headdim"] * (
+        p["chunk_size"] + p["dstate"]),
+}
+SSD_FLOPS["ssd_combined"] = lambda p: sum(f(p) for k, f in SSD_FLOPS.items() if k != "ssd_combined")
+
+
+def ssd_bucket(p: Problem) -> str:
+    """Configs are promoted per (headdim, dstate, chunk_size, heads per group); seqlen and batch vary."""
+    return f"p{p['headdim']}-n{p['dstate']}-cs{p['chunk_size']}-hpg{p['nheads'] // p['ngroups']}"
+
+
 for _name, (_fn, _inputs, _outputs, _grads, _features) in SSD_OPS.items():
     register(OpSpec(
         name=_name,
@@ -350,6 +371,8 @@ for _name, (_fn, _inputs, _outputs, _grads, _features) in SSD_OPS.items():
         examples=_ssd_examples(_features),
         training_problems=(NEMOTRON,),
         nondeterministic=True,  # mamba-ssm's backward accumulates with atomics
+        bucket=ssd_bucket,
+        extra={"flops": SSD_FLOPS[_name]},
         **_impls(_name, _fn),
     ))
 
@@ -368,5 +391,7 @@ register(OpSpec(
     # Nemotron-3-Nano's gated norm: (b*L, h*p) rows, one group per B/C group.
     training_problems=({"rows": 16384, "ngroups": 8, "group_size": 512, "z": True, "norm_before_gate": False,
                         "is_rms_norm": True, "bias": False},),
+    bucket=lambda p: f"gs{p['group_size']}",
+    extra={"flops": lambda p: 0.0},
     **_impls("layernorm_gated", "layernorm_fn"),
 ))

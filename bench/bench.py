@@ -1,0 +1,157 @@
+"""Benchmark every registered op's Helion port against the original mamba-ssm Triton kernel on the GPU.
+
+For each op and shape: forward and forward+backward median times (triton.testing.do_bench, warm,
+fresh random inputs from the op's own input generator, never zeros), the speed ratio, and the
+floor of each kernel (bytes moved over measured copy bandwidth, matmul FLOPs over measured bf16
+matmul rate) with the fraction of it reached. Prints a table; writes JSON.
+
+    python bench/bench.py --json bench/results/h200-bench.json [--op chunk_scan] [--shape nemotron]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from parity import device, registry
+from parity.report import atomic_write
+from parity.spec import Impl, OpSpec
+
+SSD_SHAPES = {
+    "nemotron": {"batch": 2, "seqlen": 8192, "chunk_size": 128, "nheads": 64, "ngroups": 8, "headdim": 64,
+                 "dstate": 128},
+    "long": {"batch": 1, "seqlen": 65536, "chunk_size": 128, "nheads": 32, "ngroups": 1, "headdim": 64,
+             "dstate": 128},
+    "small-head": {"batch": 4, "seqlen": 4096, "chunk_size": 256, "nheads": 128, "ngroups": 1, "headdim": 32,
+                   "dstate": 64},
+}
+NORM_SHAPES = {  # rows = batch * seqlen, columns = nheads * headdim, one group per B/C group
+    "nemotron": {"rows": 16384, "ngroups": 8, "group_size": 512, "z": True, "norm_before_gate": False,
+                 "is_rms_norm": True, "bias": False},
+    "long": {"rows": 65536, "ngroups": 1, "group_size": 2048, "z": True, "norm_before_gate": False,
+             "is_rms_norm": True, "bias": False},
+    "small-head": {"rows": 16384, "ngroups": 1, "group_size": 4096, "z": True, "norm_before_gate": False,
+                   "is_rms_norm": True, "bias": False},
+}
+
+
+def ceilings() -> dict[str, float]:
+    """Measured device-to-device copy bandwidth (bytes read + written per s) and bf16 matmul FLOP/s."""
+    from triton.testing import do_bench
+
+    src = torch.randn(512 * 1024 * 1024 // 2, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    ms = do_bench(lambda: dst.copy_(src), return_mode="median")
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    mm = do_bench(lambda: a @ b, return_mode="median")
+    return {"copy_bytes_per_s": 2 * src.nbytes / (ms * 1e-3), "bf16_flops_per_s": 2 * 8192**3 / (mm * 1e-3)}
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def time_impl(spec: OpSpec, fn: Callable[..., Any], inputs: dict[str, Any]) -> dict[str, Any]:
+    """Forward and forward+backward medians, bytes touched, and peak memory of one fwd+bwd."""
+    from triton.testing import do_bench
+
+    out = fn(**inputs)
+    moved = sum(t.nbytes for t in _tensors(list(inputs.values()))) + sum(t.nbytes for t in _tensors(out))
+    result: dict[str, Any] = {"fwd_ms": do_bench(lambda: fn(**inputs), return_mode="median"), "bytes": moved}
+    names = [n for n in spec.grad_inputs if isinstance(inputs.get(n), torch.Tensor)]
+    if names:
+        leaves = {k: (v.detach().clone().requires_grad_(True) if k in names else v) for k, v in inputs.items()}
+        outs = [t for t in _tensors(fn(**leaves)) if t.requires_grad]
+        grads = [torch.randn_like(t) for t in outs]
+
+        def fwd_bwd() -> None:
+            ys = [t for t in _tensors(fn(**leaves)) if t.requires_grad]
+            torch.autograd.grad(ys, [leaves[n] for n in names], grads, allow_unused=True)
+
+        try:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            fwd_bwd()
+            torch.cuda.synchronize()
+            result["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
+            result["fwd_bwd_ms"] = do_bench(fwd_bwd, return_mode="median")
+        except Exception as exc:  # a port without backward yet: say so in the results
+            result["fwd_bwd_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    return result
+
+
+def bench_op(spec: OpSpec, shape_name: str, problem: dict[str, Any], ceil: dict[str, float]) -> dict[str, Any]:
+    """Every implementation of one op at one shape (bf16 inputs)."""
+    inputs = spec.make_inputs(problem, torch.bfloat16, 0, torch.device("cuda"))
+    flops = spec.extra.get("flops", lambda p: 0.0)(problem)
+    row: dict[str, Any] = {"op": spec.name, "shape": shape_name, "problem": problem, "flops": flops, "impls": {}}
+    impls: list[Impl] = [i for i in spec.impls().values() if "-cfg" not in i.name]
+    for impl in impls:
+        try:
+            timing = time_impl(spec, impl.load(), inputs)
+        except Exception as exc:
+            row["impls"][impl.name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            continue
+        floor_ms = max(timing["bytes"] / ceil["copy_bytes_per_s"], flops / ceil["bf16_flops_per_s"]) * 1e3
+        timing["floor_ms"] = floor_ms
+        timing["fraction_of_floor"] = floor_ms / timing["fwd_ms"]
+        row["impls"][impl.name] = timing
+    base = row["impls"].get("triton", {}).get("fwd_ms")
+    for timing in row["impls"].values():
+        if base and "fwd_ms" in timing:
+            timing["speedup_vs_triton"] = base / timing["fwd_ms"]
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--op", action="append", default=[])
+    parser.add_argument("--shape", action="append", default=[])
+    parser.add_argument("--json", dest="json_path", default=None)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("bench: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    device.configure("cuda")
+    specs = registry.load()
+    ceil = ceilings()
+    rows = []
+    for name in args.op or sorted(specs):
+        spec = specs[name]
+        shapes = NORM_SHAPES if name == "layernorm_gated" else SSD_SHAPES
+        for shape_name in args.shape or list(shapes):
+            rows.append(bench_op(spec, shape_name, shapes[shape_name], ceil))
+            torch.cuda.empty_cache()
+    header = ("op", "shape", "impl", "fwd ms", "fwd+bwd", "vs triton", "floor ms", "of floor")
+    print(f"{header[0]:16} {header[1]:11} {header[2]:8} " + " ".join(f"{h:>9}" for h in header[3:]))
+    for row in rows:
+        for impl, t in row["impls"].items():
+            if "error" in t:
+                print(f"{row['op']:16} {row['shape']:11} {impl:8} error: {t['error'][:80]}")
+                continue
+            fb = f"{t['fwd_bwd_ms']:8.3f}" if "fwd_bwd_ms" in t else f"{'-':>8}"
+            print(f"{row['op']:16} {row['shape']:11} {impl:8} {t['fwd_ms']:8.3f} {fb} "
+                  f"{t.get('speedup_vs_triton', float('nan')):9.2f} {t['floor_ms']:8.3f} {t['fraction_of_floor']:8.2f}")
+    meta = {"command": " ".join([sys.executable.split("/")[-1], *sys.argv]), "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__, "python": platform.python_version(), "ceilings": ceil}
+    if args.json_path:
+        atomic_write(args.json_path, json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
