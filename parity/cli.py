@@ -59,6 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--store", default=None, help="config store directory (default: configs/)")
         _add_run_options(cmd)
 
+    tune = sub.add_parser("tune", help="time candidate configs, keep the N fastest that pass the parity check")
+    tune.add_argument("op")
+    tune.add_argument("--shape", required=True, help="the problem to tune for, as JSON")
+    tune.add_argument("--impl", default=None, help="the candidate implementation (default: the op's first)")
+    tune.add_argument("--trials", type=int, default=24, help="configs to try (default 24)")
+    tune.add_argument("--keep", type=int, default=3, help="passing configs to keep (default 3)")
+    tune.add_argument("--out", default="tuned", help="directory for the kept configs (default tuned/)")
+    _add_run_options(tune)
+
     configs = sub.add_parser("configs", help="inspect the config store")
     configs.add_argument("action", choices=("list", "show", "verify"))
     configs.add_argument("op", nargs="?", default=None)
@@ -221,7 +230,41 @@ def cmd_configs(args: argparse.Namespace, console: Console) -> int:
     return EXIT_FAIL if stale else EXIT_OK
 
 
-COMMANDS = {"check": cmd_check, "gate": cmd_gate, "promote": cmd_gate, "configs": cmd_configs}
+def cmd_tune(args: argparse.Namespace, console: Console) -> int:
+    """Tune one op at one shape; write the kept configs as JSON files ready for ``parity promote``."""
+    import dataclasses
+
+    from parity import registry, report
+    from parity.spec import parse_dtype
+    from parity.tune import tune
+
+    if args.device != "cuda":
+        raise ParityError("tuning needs --device cuda: timings under the Triton interpreter are meaningless")
+    shape = _json_object(args.shape, "--shape")
+    _, _, tols = _setup(args)
+    spec = registry.get(args.op)
+    space = spec.extra.get("tuning_configs")
+    if space is None:
+        raise ParityError(f"op {spec.name!r} declares no tuning space (extra['tuning_configs'])")
+    dtype = parse_dtype(args.dtype[0] if args.dtype else "bfloat16")
+    base = spec.impl(args.impl) if args.impl else spec.candidates[0]
+    base = dataclasses.replace(base, config=None)
+    inputs = spec.make_inputs(shape, dtype, 0, __import__("torch").device("cuda"))
+    trials = tune(spec, base, shape, dtype, args.device, tols, space(inputs, args.trials), args.keep)
+    kept = [t for t in trials if t.passed]
+    for rank, trial in enumerate(sorted(kept, key=lambda t: t.ms)):
+        report.atomic_write(Path(args.out) / f"{spec.name}-{rank}.json", json.dumps(trial.config, indent=1) + "\n")
+    for trial in sorted(trials, key=lambda t: (t.ms is None, t.ms or 0.0)):
+        verdict = {True: "pass", False: "FAIL", None: "not judged"}[trial.passed]
+        timing = f"{trial.ms:.4f} ms" if trial.ms is not None else f"error {trial.error}"
+        console.print(f"{timing:>14} {verdict:10} {json.dumps(trial.config)}", markup=False)
+    if args.json_path:
+        report.atomic_write(args.json_path, json.dumps([dataclasses.asdict(t) for t in trials], indent=1) + "\n")
+    console.print(f"kept {len(kept)} passing configs in {args.out}/", markup=False)
+    return EXIT_OK if kept else EXIT_FAIL
+
+
+COMMANDS = {"check": cmd_check, "tune": cmd_tune, "gate": cmd_gate, "promote": cmd_gate, "configs": cmd_configs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

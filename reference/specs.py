@@ -44,8 +44,9 @@ CAPS = {
 SSD_FEATURES = ("D", "z", "dt_bias", "dt_softplus", "dt_limit", "seq_idx", "initial_states")
 
 NEMOTRON = {"batch": 2, "seqlen": 8192, "chunk_size": 128, "nheads": 64, "ngroups": 8, "headdim": 64,
-            "dstate": 128}
-"""The Nemotron-3-Nano mixer shape, the training shape every gate includes."""
+            "dstate": 128, "D": "h", "dt_bias": True, "dt_softplus": True}
+"""The Nemotron-3-Nano mixer shape, the training shape every gate includes (its Mamba2 layer passes
+D of shape (h,), dt_bias and softplus to the scan, and gates afterwards in the RMSNorm)."""
 
 
 def ssd_problems(features: tuple[str, ...]) -> Callable[[str], Any]:

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One call on the offline H200: install the carried wheels, then run the GPU tests and/or the
+# benchmarks, writing logs and JSON under $OUT (default ./gpu-out). Usage:
+#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate]     (default: tests parity bench)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "wheel install failed"; exit 3; }
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+python3 -c "import torch, triton, helion; print('torch', torch.__version__, 'triton', triton.__version__)" \
+  | tee -a "$OUT/gpu.txt"
+steps=${*:-tests parity bench}
+status=0
+for step in $steps; do
+  case $step in
+    tests)   # GPU-marked tests at realistic shapes (Nemotron mixer shape included)
+      python3 -m pytest -p no:cacheprovider -m gpu --parity-device cuda -q -rA --junitxml="$OUT/gpu-tests.xml" \
+        2>&1 | tee "$OUT/gpu-tests.log" || status=1 ;;
+    parity)  # every registered op and implementation, compiled, gpu hypothesis profile, all dtypes
+      python3 -m parity check --device cuda --profile gpu --examples "${PARITY_EXAMPLES:-6}" \
+        --json "$OUT/parity-cuda.json" 2>&1 | tee "$OUT/parity-cuda.log" || status=1 ;;
+    bench)
+      python3 bench/bench.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" || status=1 ;;
+    gate)
+      python3 bench/gate_speed.py --json "$OUT/gate-speed.json" 2>&1 | tee "$OUT/gate-speed.log" || status=1 ;;
+    *) echo "unknown step $step"; status=2 ;;
+  esac
+done
+exit $status
