@@ -77,7 +77,7 @@ def test_stale_entry_is_refused_with_how_to_regate(tmp_path, kernel_module):
     s.put(_key(), {"v": 1}, {})
     assert promoted_config("toy", "toykernel:kernel", "float32", "b1", "cpu", s) == {"v": 1}
     kernel_module.write_text("def kernel(**kw):\n    return 2\n")
-    with pytest.raises(StaleConfigError, match="changed since it was gated.*parity promote toy"):
+    with pytest.raises(StaleConfigError, match=r"changed since it was gated.*parity promote toy"):
         promoted_config("toy", "toykernel:kernel", "float32", "b1", "cpu", s)
 
 
