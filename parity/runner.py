@@ -97,6 +97,26 @@ class Run:
     errors: list[str] = field(default_factory=list)
 
 
+LAYOUTS = ("contiguous", "strided", "offset")
+
+
+def relayout(value: Any, layout: str) -> Any:
+    """The same values in another memory layout: ``strided`` views every other element of a twice
+    as wide buffer (non-contiguous last dim), ``offset`` starts one element into its storage."""
+    if not isinstance(value, torch.Tensor) or value.dim() == 0 or layout == "contiguous":
+        return value
+    if layout == "strided":
+        wide = torch.empty(*value.shape[:-1], 2 * value.shape[-1], dtype=value.dtype, device=value.device)
+        view = wide[..., ::2]
+    elif layout == "offset":
+        flat = torch.empty(value.numel() + 1, dtype=value.dtype, device=value.device)
+        view = flat[1:].view(value.shape)
+    else:
+        raise ValueError(f"unknown layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    view.copy_(value)
+    return view
+
+
 def _upcast(value: Any) -> Any:
     """The oracle's view of an argument: float tensors and float dtype arguments become float64."""
     if isinstance(value, torch.Tensor) and value.is_floating_point():
@@ -107,7 +127,16 @@ def _upcast(value: Any) -> Any:
 
 
 def _clone(value: Any) -> Any:
-    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+    """A copy with the same strides and storage offset (layouts are part of what is tested)."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value.is_contiguous() and value.storage_offset() == 0:
+        return value.detach().clone()
+    base = torch.empty(value.untyped_storage().nbytes() // value.element_size(), dtype=value.dtype,
+                       device=value.device)
+    copy = base.as_strided(value.shape, value.stride(), value.storage_offset())
+    copy.copy_(value.detach())
+    return copy
 
 
 def _as_tuple(result: Any, n: int) -> tuple:
@@ -214,14 +243,17 @@ def _compare(spec: OpSpec, dtype: str, tolerances: Tolerances, oracle: Run, run:
 
 def run_problem(spec: OpSpec, impls: Sequence[Impl], problem: Problem, dtype: torch.dtype, seed: int,
                 device: str, tolerances: Tolerances, backward: bool = True,
-                poison: Sequence[str] = ("nan",)) -> list[CaseResult]:
+                poison: Sequence[str] = ("nan",), layout: str = "contiguous",
+                relayout_inputs: Sequence[str] = ()) -> list[CaseResult]:
     """Check each of ``impls`` on one problem; the oracle and the baseline run once and are shared.
 
     Each implementation runs once per ``poison`` pattern (its fresh allocations pre-filled with it,
     see :mod:`parity.poison`) and must pass every time; the baseline that sets the bounds runs clean.
+    ``layout`` re-lays the ``relayout_inputs`` out in memory (see :func:`relayout`) for every run.
     """
     dev = torch.device(device)
     inputs = spec.make_inputs(problem, dtype, seed, dev)
+    inputs = {k: relayout(v, layout) if k in relayout_inputs else v for k, v in inputs.items()}
     upstream = _upstream_grads(seed) if backward and spec.grad_inputs else None
     oracle = execute(spec, spec.reference.load(), {k: _upcast(v) for k, v in inputs.items()}, upstream)
     if oracle.errors:

@@ -119,3 +119,21 @@ def test_tune_keeps_the_fastest_passing_configs():
     verdicts = {t.config["ms"]: t.passed for t in trials}
     assert verdicts == {1.0: False, 2.0: True, 3.0: True, 4.0: None}
     assert "decay_sum [toy-trial]" in next(t for t in trials if t.passed is False).failure
+
+
+@pytest.mark.parametrize("layout", ["strided", "offset"])
+def test_layouts_reach_the_implementation_and_are_checked(layout):
+    """Non-contiguous and offset inputs keep their layout through the engine's copies."""
+    seen = []
+
+    def contiguous_only(x, a, d, chunk):
+        seen.append((x.is_contiguous(), x.storage_offset()))
+        if not x.is_contiguous() or x.storage_offset():
+            x = torch.empty_like(x)  # wrong on purpose: ignores the values of a non-contiguous input
+        return reference(x, a, d, chunk)
+
+    s = spec(contiguous_only)
+    [result] = run_problem(s, [s.impl("contiguous_only")], RAGGED, torch.float32, 0, "cpu", TOLS, backward=False,
+                           layout=layout, relayout_inputs=("x",))
+    assert not result.passed
+    assert (False, 0) in seen if layout == "strided" else (True, 1) in seen
