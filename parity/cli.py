@@ -234,6 +234,8 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> int:
     """Tune one op at one shape; write the kept configs as JSON files ready for ``parity promote``."""
     import dataclasses
 
+    import torch
+
     from parity import registry, report
     from parity.spec import parse_dtype
     from parity.tune import tune
@@ -249,7 +251,7 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> int:
     dtype = parse_dtype(args.dtype[0] if args.dtype else "bfloat16")
     base = spec.impl(args.impl) if args.impl else spec.candidates[0]
     base = dataclasses.replace(base, config=None)
-    inputs = spec.make_inputs(shape, dtype, 0, __import__("torch").device("cuda"))
+    inputs = spec.make_inputs(shape, dtype, 0, torch.device("cuda"))
     trials = tune(spec, base, shape, dtype, args.device, tols, space(inputs, args.trials), args.keep)
     kept = [t for t in trials if t.passed]
     for rank, trial in enumerate(sorted(kept, key=lambda t: t.ms)):

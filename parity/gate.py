@@ -87,6 +87,24 @@ def _determinism(spec: OpSpec, impl: Impl, problem: Mapping[str, Any], dtype: to
             "max_spread": spread, "ok": ok}
 
 
+def preflight(spec: OpSpec, impl: Impl, dtype: torch.dtype, device: str) -> None:
+    """Run the candidate once on the smallest pinned problem: a config that does not compile or run is
+    a user error (ParityError naming it), not a parity failure."""
+    problems = list(spec.examples) or list(spec.training_problems)
+    if not problems:
+        return
+    problem = min(problems, key=lambda p: json.dumps(p))
+    inputs = spec.make_inputs(problem, dtype, 0, torch.device(device))
+    try:
+        impl.load()(**inputs)
+    except ParityError:
+        raise
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        raise ParityError(f"config {json.dumps(impl.config)} for {spec.name} does not compile or run on "
+                          f"{json.dumps(problem)}: {type(exc).__name__}: {first}") from exc
+
+
 def gate(spec: OpSpec, impl: Impl, device: str, profile: Profile, tolerances: Tolerances,
          dtypes: Sequence[torch.dtype], max_examples: int | None = None, reruns: int = 2,
          on_result: Callable[[CaseResult], None] | None = None) -> GateReport:
@@ -94,6 +112,7 @@ def gate(spec: OpSpec, impl: Impl, device: str, profile: Profile, tolerances: To
     backward, each with NaN- and garbage-filled allocations, then rerun for determinism."""
     if spec.check_config is not None and impl.config is not None:
         spec.check_config(impl.config)
+    preflight(spec, impl, dtypes[0], device)
     report = GateReport(spec.name, impl.name, dict(impl.config or {}), device)
 
     def record(result: CaseResult) -> None:
