@@ -46,7 +46,9 @@ def summarize(results: Iterable[CaseResult]) -> list[dict[str, Any]]:
                                                                           else float("inf"))
                 if value >= ratio:
                     ratio, where = value, q.name
-        rows.append({"op": op, "impl": impl, "dtype": dtype, "cases": len(cases),
+        forward_only = any(n.startswith("forward only") for c in cases for n in c.notes)
+        rows.append({"op": op, "impl": impl + (" (fwd only)" if forward_only else ""), "dtype": dtype,
+                     "cases": len(cases),
                      "failed": sum(not c.passed for c in cases), "worst_err_over_bound": ratio,
                      "worst_quantity": where})
     return rows

@@ -209,11 +209,11 @@ def _upstream_grads(seed: int) -> Callable[[str, torch.Tensor], torch.Tensor]:
 
 
 def _compare(spec: OpSpec, dtype: str, tolerances: Tolerances, oracle: Run, run: Run,
-             baseline: Run | None) -> tuple[list[QuantityResult], list[str]]:
+             baseline: Run | None, forward_only: bool = False) -> tuple[list[QuantityResult], list[str]]:
     results: list[QuantityResult] = []
     errors: list[str] = []
     for name in spec.compared_names():
-        if name not in oracle.values:
+        if name not in oracle.values or (forward_only and name.startswith("grad.")):
             continue
         ref, got = oracle.values[name], run.values.get(name)
         if ref is None:
@@ -266,8 +266,9 @@ def run_problem(spec: OpSpec, impls: Sequence[Impl], problem: Problem, dtype: to
     for impl in impls:
         is_baseline = spec.baseline is not None and impl.name == spec.baseline.name
         fn = impl.load()
-        runs = [(p, execute(spec, poisoned(fn, p), inputs, upstream)) for p in poison] or [
-            ("", base_run if is_baseline and base_run is not None else execute(spec, fn, inputs, upstream))]
+        grads = upstream if impl.backward else None
+        runs = [(p, execute(spec, poisoned(fn, p), inputs, grads)) for p in poison] or [
+            ("", base_run if is_baseline and base_run is not None else execute(spec, fn, inputs, grads))]
         case = None
         for pattern, run in runs:
             case = CaseResult(spec.name, impl.name, name, device, dict(problem), seed)
@@ -276,7 +277,9 @@ def run_problem(spec: OpSpec, impls: Sequence[Impl], problem: Problem, dtype: to
                 case.notes.append(f"baseline {spec.baseline.name} failed, absolute bounds used: {base_run.errors[0]}")
             if not run.errors:
                 case.quantities, case.errors = _compare(spec, name, tolerances, oracle, run,
-                                                        None if is_baseline else base_run)
+                                                        None if is_baseline else base_run, not impl.backward)
+            if upstream is not None and not impl.backward:
+                case.notes.append("forward only: this implementation has no backward yet")
             if not case.passed:
                 if pattern:
                     case.errors.append(f"(fresh allocations were pre-filled with {pattern})")

@@ -52,11 +52,14 @@ class Impl:
     (loaded lazily, so that registering an op imports no kernel library).
 
     ``config`` is passed as the keyword ``config=`` when not None (e.g. a Helion config).
+    ``backward=False`` marks a forward-only implementation: its gradients are not judged, and the
+    results say so.
     """
 
     name: str
     target: str | Callable[..., Any]
     config: Mapping[str, Any] | None = None
+    backward: bool = True
 
     def load(self) -> Callable[..., Any]:
         """Import the target and return a callable taking the op's keyword arguments."""

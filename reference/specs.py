@@ -11,11 +11,11 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
-from reference.chunk_cumsum import chunk_cumsum_fwd
 
 from parity.errors import ParityError
 from parity.registry import register
 from parity.spec import Impl, OpSpec, Problem
+from reference.chunk_cumsum import chunk_cumsum_fwd
 
 # ---------------------------------------------------------------------------------------------
 # Problem sizes
@@ -292,16 +292,19 @@ def norm_inputs(p: Problem, dtype: torch.dtype, seed: int, device: torch.device)
 
 def _helion_candidates(op_module: str, function: str, count: int) -> tuple[Impl, ...]:
     """The Helion kernel with its default config and with each of its first ``count`` CONFIGS
-    (none while the op has no Helion port yet; a port that fails to import is an error)."""
+    (none while the op has no Helion port yet; a port that fails to import is an error). A port
+    whose module sets ``HAS_BACKWARD = False`` is judged forward only."""
     import importlib
     import importlib.util
 
     module = f"kernels.{op_module}"
     if importlib.util.find_spec(module) is None:
         return ()
-    configs = importlib.import_module(module).CONFIGS
-    target = f"{module}:{function}"
-    return (Impl("helion", target), *(Impl(f"helion-cfg{i}", target, config=c) for i, c in enumerate(configs[:count])))
+    loaded = importlib.import_module(module)
+    target, backward = f"{module}:{function}", bool(getattr(loaded, "HAS_BACKWARD", False))
+    configs = loaded.CONFIGS[:count]
+    return (Impl("helion", target, backward=backward),
+            *(Impl(f"helion-cfg{i}", target, config=c, backward=backward) for i, c in enumerate(configs)))
 
 
 def _impls(op_module: str, function: str) -> dict[str, Any]:
