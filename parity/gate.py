@@ -132,6 +132,12 @@ def gate(spec: OpSpec, impl: Impl, device: str, profile: Profile, tolerances: To
                 report.skipped.append(f"training problem {json.dumps(problem)} ({dtype_name(dtype)}): "
                                       "too large for the CPU interpreter")
         pinned = spec.examples[0] if spec.examples else (spec.training_problems[0] if device == "cuda" else None)
-        if pinned is not None:
-            report.determinism.append(_determinism(spec, impl, pinned, dtype, device, reruns))
+        if pinned is None:
+            continue
+        report.determinism.append(_determinism(spec, impl, pinned, dtype, device, reruns))
+        for layout in ("strided", "offset") if spec.relayout_inputs else ():
+            for result in run_problem(spec, [impl], pinned, dtype, 1, device, tolerances, layout=layout,
+                                      relayout_inputs=spec.relayout_inputs):
+                result.notes.append(f"inputs {', '.join(spec.relayout_inputs)} laid out {layout}")
+                record(result)
     return report

@@ -88,6 +88,8 @@ class OpSpec:
     training_problems: the shapes the op meets in training, always part of a gate.
     nondeterministic: outputs may differ bitwise between identical runs (e.g. atomics).
     mutable_inputs: inputs an implementation is allowed to modify in place.
+    relayout_inputs: inputs the op's API accepts non-contiguous or at a storage offset; the gate
+        re-runs with them re-laid out (see parity.runner.relayout).
     bucket: the config-store shape bucket of a problem (configs are promoted per bucket).
     check_config: raises ParityError if a candidate config is malformed (before any run).
     """
@@ -105,6 +107,7 @@ class OpSpec:
     training_problems: tuple[Problem, ...] = ()
     nondeterministic: bool = False
     mutable_inputs: tuple[str, ...] = ()
+    relayout_inputs: tuple[str, ...] = ()
     bucket: Callable[[Problem], str] = lambda problem: "*"
     check_config: Callable[[Mapping[str, Any]], None] | None = None
     description: str = ""
