@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--seed", type=int, default=0, help="input seed with --problem")
     check.add_argument("--examples", type=int, default=None, help="generated problems per op (default by profile)")
     check.add_argument("--forward-only", action="store_true", help="skip the backward check")
+    check.add_argument("--layout", choices=("contiguous", "strided", "offset"), default="contiguous",
+                       help="with --problem: re-lay out the inputs the op accepts non-contiguous")
     _add_run_options(check)
 
     for name, text in (("gate", "check one config across the op's shape family; non-zero exit on failure"),
@@ -129,7 +131,8 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
             progress.update(task, description=f"{spec.name} {str(dtype)[6:]}")
             if problem is not None:
                 results += run_problem(spec, impls, problem, dtype, args.seed, args.device, tols,
-                                       backward=not args.forward_only)
+                                       backward=not args.forward_only, layout=args.layout,
+                                       relayout_inputs=spec.relayout_inputs)
             else:
                 drive(spec, impls, dtype, args.device, profile, tols, on_result=results.append,
                       raise_on_fail=False, backward=not args.forward_only, max_examples=args.examples)

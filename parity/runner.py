@@ -56,6 +56,7 @@ class CaseResult:
     quantities: list[QuantityResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    layout: str = "contiguous"
 
     @property
     def passed(self) -> bool:
@@ -64,8 +65,9 @@ class CaseResult:
     def reproducer(self) -> str:
         """A shell command that re-runs exactly this case."""
         problem = json.dumps(self.problem, sort_keys=True, separators=(",", ":"))
+        layout = f" --layout {self.layout}" if self.layout != "contiguous" else ""
         return (f"parity check --op {self.op} --impl {self.impl} --dtype {self.dtype} --seed {self.seed} "
-                f"--device {self.device} --problem {shlex.quote(problem)}")
+                f"--device {self.device}{layout} --problem {shlex.quote(problem)}")
 
     def message(self) -> str:
         """A failure report naming op, implementation, quantity, dtype, shape, seed and a reproducer."""
@@ -271,7 +273,7 @@ def run_problem(spec: OpSpec, impls: Sequence[Impl], problem: Problem, dtype: to
             ("", base_run if is_baseline and base_run is not None else execute(spec, fn, inputs, grads))]
         case = None
         for pattern, run in runs:
-            case = CaseResult(spec.name, impl.name, name, device, dict(problem), seed)
+            case = CaseResult(spec.name, impl.name, name, device, dict(problem), seed, layout=layout)
             case.errors.extend(run.errors)
             if base_run is not None and base_run.errors and not is_baseline:
                 case.notes.append(f"baseline {spec.baseline.name} failed, absolute bounds used: {base_run.errors[0]}")
