@@ -376,6 +376,7 @@ for _name, (_fn, _inputs, _outputs, _grads, _features) in SSD_OPS.items():
         training_problems=(NEMOTRON,),
         nondeterministic=True,  # mamba-ssm's backward accumulates with atomics
         bucket=ssd_bucket,
+        relayout_inputs=("x", "dt", "B", "C", "z") if _name == "ssd_combined" else (),
         extra={"flops": SSD_FLOPS[_name]},
         **_impls(_name, _fn),
     ))
@@ -396,6 +397,7 @@ register(OpSpec(
     training_problems=({"rows": 16384, "ngroups": 8, "group_size": 512, "z": True, "norm_before_gate": False,
                         "is_rms_norm": True, "bias": False},),
     bucket=lambda p: f"gs{p['group_size']}",
+    relayout_inputs=("x", "z"),
     extra={"flops": lambda p: 0.0},
     **_impls("layernorm_gated", "layernorm_fn"),
 ))
