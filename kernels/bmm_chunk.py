@@ -1,0 +1,94 @@
+"""Helion port of mamba-ssm's ``_bmm_chunk_fwd``: per chunk (and group), out[i, j] = <a[i], b[j]> over the
+positions i, j of the chunk, zero across sequences (seq_idx) and past seqlen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import helion
+import helion.language as hl
+import torch
+
+from kernels.chunk_cumsum import ConfigLike, launch
+
+
+@helion.kernel(static_shapes=True, dot_precision="ieee")
+def bmm_chunk_kernel(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    seq_idx: torch.Tensor | None,
+    chunk_size: int,
+    causal: hl.constexpr,
+    dot_dtype: torch.dtype,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
+    """a, b (batch, seqlen, ngroups, k) -> out (batch, nchunks, ngroups, chunk_size, chunk_size) in out_dtype.
+
+    One program per (batch, chunk, group, row block, column block), looping over k; products in dot_dtype
+    with fp32 accumulation, true fp32 (not TF32) for fp32 inputs. Rows and columns are tiles of chunk_size,
+    offset by the chunk start; positions past seqlen are masked explicitly (hl.tile masks only against
+    chunk_size). With causal, entries above the diagonal (j > i) are zero."""
+    batch, seqlen, ngroups, k = a.shape
+    chunk_size = hl.specialize(chunk_size)
+    nchunks = (seqlen + chunk_size - 1) // chunk_size
+    out = torch.empty([batch, nchunks, ngroups, chunk_size, chunk_size], dtype=out_dtype, device=a.device)
+    for tile_b, tile_c, tile_g, tile_i, tile_j in hl.tile([batch, nchunks, ngroups, chunk_size, chunk_size],
+                                                          block_size=[1, 1, 1, None, None]):
+        pos_i = tile_c.begin * chunk_size + tile_i.index
+        pos_j = tile_c.begin * chunk_size + tile_j.index
+        valid_i = pos_i < seqlen
+        valid_j = pos_j < seqlen
+        acc = hl.zeros([tile_i, tile_j], dtype=torch.float32)
+        for tile_k in hl.tile(k):
+            rows = hl.load(a, [tile_b.begin, pos_i, tile_g.begin, tile_k], extra_mask=valid_i[:, None])
+            cols = hl.load(b, [tile_b.begin, pos_j, tile_g.begin, tile_k], extra_mask=valid_j[:, None])
+            acc = hl.dot(rows.to(dot_dtype), cols.to(dot_dtype).T, acc=acc)
+        if seq_idx is not None:
+            seq_i = hl.load(seq_idx, [tile_b.begin, pos_i], extra_mask=valid_i)
+            seq_j = hl.load(seq_idx, [tile_b.begin, pos_j], extra_mask=valid_j)
+            acc = torch.where(seq_i[:, None] == seq_j[None, :], acc, 0.0)
+        if causal:
+            acc = torch.where(tile_i.index[:, None] >= tile_j.index[None, :], acc, 0.0)
+        out[tile_b.begin, tile_c.begin, tile_g.begin, tile_i, tile_j] = acc.to(out_dtype)
+    return out
+
+
+CONFIGS: list[dict[str, Any]] = [
+    {"block_sizes": [16, 16, 16], "num_warps": 4, "num_stages": 2},
+    {"block_sizes": [32, 16, 32], "num_warps": 4, "num_stages": 3},
+]
+"""Explicit configs for the CPU parity tests: block_sizes = [rows, columns, k]."""
+
+
+def bmm_chunk_args(a: torch.Tensor, b: torch.Tensor, chunk_size: int, seq_idx: torch.Tensor | None = None,
+                   causal: bool = False, output_dtype: torch.dtype | None = None) -> tuple[Any, ...]:
+    """Validate the wrapper's arguments and return the arguments of :data:`bmm_chunk_kernel` (what a tuner
+    passes to ``bmm_chunk_kernel.autotune``); ungrouped a, b get a group axis of size 1."""
+    if a.dim() not in (3, 4) or min(a.shape) < 1:
+        raise ValueError(f"a must be a non-empty (batch, seqlen, k) or (batch, seqlen, ngroups, k), "
+                         f"got shape {tuple(a.shape)}")
+    if b.shape != a.shape:
+        raise ValueError(f"b must have the shape of a {tuple(a.shape)}, got {tuple(b.shape)}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    if seq_idx is not None and seq_idx.shape != a.shape[:2]:
+        raise ValueError(f"seq_idx must have shape {tuple(a.shape[:2])}, got {tuple(seq_idx.shape)}")
+    a4, b4 = (a, b) if a.dim() == 4 else (a.unsqueeze(2), b.unsqueeze(2))
+    dot_dtype = a.dtype if a.dtype == b.dtype else torch.float32
+    out_dtype = a.dtype if output_dtype is None else output_dtype
+    return (a4, b4, seq_idx, int(chunk_size), bool(causal), dot_dtype, out_dtype)
+
+
+def bmm_chunk_fwd(a: torch.Tensor, b: torch.Tensor, chunk_size: int, seq_idx: torch.Tensor | None = None,
+                  causal: bool = False, output_dtype: torch.dtype | None = None, *,
+                  config: ConfigLike = None) -> torch.Tensor:
+    """a, b (batch, seqlen, k) or (batch, seqlen, ngroups, k) -> out (batch, nchunks, chunk_size, chunk_size)
+    or (batch, nchunks, ngroups, chunk_size, chunk_size), in output_dtype (default a.dtype).
+
+    out[..., i, j] = sum_k a[c*chunk_size + i, k] * b[c*chunk_size + j, k], zero where i or j lies past seqlen
+    or seq_idx differs between them. mamba-ssm computes the products in the lower of the two input
+    precisions; here inputs of one dtype multiply in that dtype and mixed inputs in fp32, always accumulated
+    in fp32. causal: mamba-ssm guarantees only out[i, j] for i >= j and leaves whole blocks above the
+    diagonal unwritten (uninitialised memory); here every entry with j > i is 0."""
+    out = launch(bmm_chunk_kernel, bmm_chunk_args(a, b, chunk_size, seq_idx, causal, output_dtype), config)
+    return out if a.dim() == 4 else out.squeeze(2)

@@ -1,0 +1,127 @@
+"""Helion port of mamba-ssm's ``_chunk_cumsum_fwd``: dt (+ bias, softplus, clamp) laid out per chunk, and
+the cumulative sum of dt * A inside each chunk.
+
+Also home of :func:`launch`, the explicit-config launcher shared by the SSD kernel modules: it runs a Helion
+kernel with one explicit config (the kernel's default config when none is given), never autotuning, and
+keeps each compiled config per argument signature.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
+
+import helion
+import helion.language as hl
+import torch
+import triton
+
+ConfigLike = helion.Config | Mapping[str, Any] | None
+
+_COMPILED: dict[tuple[Hashable, ...], Callable[..., Any]] = {}
+
+
+def as_config(config: helion.Config | Mapping[str, Any]) -> helion.Config:
+    """A ``helion.Config`` from a Config or a plain dict of its fields."""
+    return config if isinstance(config, helion.Config) else helion.Config(**dict(config))
+
+
+def _signature(value: Any) -> Hashable:
+    """What a static-shape Helion kernel specializes on: a tensor's dtype, shape, strides, device and 16-byte
+    alignment; any other argument's value."""
+    if isinstance(value, torch.Tensor):
+        return (value.dtype, tuple(value.shape), value.stride(), value.device, value.data_ptr() % 16 == 0)
+    return value
+
+
+def launch(kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike) -> Any:
+    """Run ``kernel(*args)`` with ``config`` (the kernel's default config when None), never autotuning.
+    Compiles once per argument signature and config; later calls skip Helion's binding entirely."""
+    config_key = None if config is None else json.dumps(dict(config), sort_keys=True, default=str)
+    pointers = [arg.data_ptr() for arg in args if isinstance(arg, torch.Tensor)]
+    aliasing = tuple(pointers.index(p) for p in pointers)  # Helion also specializes on aliased inputs
+    key = (kernel, config_key, aliasing, *map(_signature, args))
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        bound = kernel.bind(args)
+        cfg = bound.config_spec.default_config() if config is None else as_config(config)
+        compiled = _COMPILED[key] = bound.compile_config(cfg)
+    return compiled(*args)
+
+
+@helion.kernel(static_shapes=True)
+def chunk_cumsum_kernel(
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    dt_bias: torch.Tensor | None,
+    dt_min: float,
+    dt_max: float,
+    chunk_size: int,
+    chunk_block: hl.constexpr,
+    dt_softplus: hl.constexpr,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dA_cumsum, dt_out), both fp32 (batch, nheads, nchunks, chunk_size).
+
+    One program per (batch, chunk, block of heads); the whole chunk is one ``hl.arange(chunk_block)``
+    (chunk_block = next power of two >= chunk_size), so the cumsum never spans a tile boundary whatever the
+    config. Positions past the chunk or past seqlen are masked explicitly (hl.arange is not masked)."""
+    batch, seqlen, nheads = dt.shape
+    chunk_size = hl.specialize(chunk_size)
+    nchunks = (seqlen + chunk_size - 1) // chunk_size
+    dA_cumsum = torch.empty([batch, nheads, nchunks, chunk_size], dtype=torch.float32, device=dt.device)
+    dt_out = torch.empty([batch, nheads, nchunks, chunk_size], dtype=torch.float32, device=dt.device)
+    for tile_b, tile_c, tile_h in hl.tile([batch, nchunks, nheads], block_size=[1, 1, None]):
+        offs = hl.arange(chunk_block)
+        in_chunk = offs < chunk_size
+        pos = tile_c.begin * chunk_size + offs
+        valid = in_chunk & (pos < seqlen)
+        step = hl.load(dt, [tile_b.begin, pos, tile_h], extra_mask=valid[:, None]).to(torch.float32)
+        if dt_bias is not None:
+            step = step + dt_bias[tile_h].to(torch.float32)[None, :]
+        if dt_softplus:
+            step = torch.nn.functional.softplus(step, beta=1.0, threshold=20.0)
+        step = torch.clamp(step, dt_min, dt_max)
+        step = torch.where(valid[:, None], step, 0.0).permute(1, 0)  # [heads, chunk]
+        decay = step * A[tile_h].to(torch.float32)[:, None]
+        hl.store(dt_out, [tile_b.begin, tile_h, tile_c.begin, offs], step, extra_mask=in_chunk[None, :])
+        hl.store(dA_cumsum, [tile_b.begin, tile_h, tile_c.begin, offs], torch.cumsum(decay, dim=1),
+                 extra_mask=in_chunk[None, :])
+    return dA_cumsum, dt_out
+
+
+CONFIGS: list[dict[str, Any]] = [
+    {"block_sizes": [1], "num_warps": 1},
+    {"block_sizes": [4], "num_warps": 4},
+]
+"""Explicit configs for the CPU parity tests. The one knob that changes the executed code is the head
+block (block_sizes[0]); the chunk is always one block, so no config can split the cumsum."""
+
+
+def chunk_cumsum_args(dt: torch.Tensor, A: torch.Tensor, chunk_size: int, dt_bias: torch.Tensor | None = None,
+                      dt_softplus: bool = False,
+                      dt_limit: tuple[float, float] = (0.0, float("inf"))) -> tuple[Any, ...]:
+    """Validate the wrapper's arguments and return the arguments of :data:`chunk_cumsum_kernel` (what a tuner
+    passes to ``chunk_cumsum_kernel.autotune``)."""
+    if dt.dim() != 3 or math.prod(dt.shape) == 0:
+        raise ValueError(f"dt must be a non-empty (batch, seqlen, nheads), got shape {tuple(dt.shape)}")
+    nheads = dt.shape[2]
+    if A.shape != (nheads,):
+        raise ValueError(f"A must have shape ({nheads},), got {tuple(A.shape)}")
+    if dt_bias is not None and dt_bias.shape != (nheads,):
+        raise ValueError(f"dt_bias must have shape ({nheads},), got {tuple(dt_bias.shape)}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    return (dt, A, dt_bias, float(dt_limit[0]), float(dt_limit[1]), int(chunk_size),
+            triton.next_power_of_2(chunk_size), bool(dt_softplus))
+
+
+def chunk_cumsum_fwd(dt: torch.Tensor, A: torch.Tensor, chunk_size: int, dt_bias: torch.Tensor | None = None,
+                     dt_softplus: bool = False, dt_limit: tuple[float, float] = (0.0, float("inf")), *,
+                     config: ConfigLike = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """dt (batch, seqlen, nheads), A (nheads,) -> (dA_cumsum, dt_out), fp32 (batch, nheads, nchunks, chunk_size).
+
+    dt_out = clamp(softplus?(dt + dt_bias), *dt_limit) (softplus only where the argument is <= 20), zero
+    past seqlen; dA_cumsum = cumsum of dt_out * A within each chunk."""
+    return launch(chunk_cumsum_kernel, chunk_cumsum_args(dt, A, chunk_size, dt_bias, dt_softplus, dt_limit), config)

@@ -1,0 +1,98 @@
+"""Helion port of mamba-ssm's ``_chunk_state_fwd``: the state each chunk builds from zero,
+states[c] = sum over the chunk's positions l of x[l] B[l]^T * exp(dA_cumsum[last] - dA_cumsum[l]) * dt[l]."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import helion
+import helion.language as hl
+import torch
+
+from kernels.chunk_cumsum import ConfigLike, launch
+
+
+@helion.kernel(static_shapes=True, dot_precision="ieee")
+def chunk_state_kernel(
+    B: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    seq_idx: torch.Tensor | None,
+    states_dtype: torch.dtype,
+) -> torch.Tensor:
+    """B (batch, seqlen, ngroups, dstate), x (batch, seqlen, nheads, headdim), dt and dA_cumsum (batch, nheads,
+    nchunks, chunk_size) -> states (batch, nchunks, nheads, headdim, dstate) in states_dtype.
+
+    One program per (batch, chunk, head, headdim block, dstate block), looping over the chunk's positions.
+    As in mamba-ssm, B is scaled in fp32, rounded to x's dtype and multiplied with x in that dtype with fp32
+    accumulation (true fp32, not TF32, for fp32 inputs). Positions past seqlen are masked explicitly (hl.tile
+    masks only against chunk_size); "last" is the chunk's final slot, where dA_cumsum stays flat past
+    seqlen. With seq_idx only positions of the sequence of the chunk's last real position contribute."""
+    batch, seqlen, nheads, headdim = x.shape
+    ngroups, dstate = B.shape[2], B.shape[3]
+    nchunks, chunk_size = dt.shape[2], dt.shape[3]
+    heads_per_group = nheads // ngroups
+    states = torch.empty([batch, nchunks, nheads, headdim, dstate], dtype=states_dtype, device=x.device)
+    for tile_b, tile_c, tile_h, tile_p, tile_n in hl.tile([batch, nchunks, nheads, headdim, dstate],
+                                                          block_size=[1, 1, 1, None, None]):
+        group = tile_h.begin // heads_per_group
+        start = tile_c.begin * chunk_size
+        dA_last = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, chunk_size - 1]
+        if seq_idx is not None:
+            last_pos = min(start + chunk_size, seqlen) - 1
+            seq_last = seq_idx[tile_b.begin, last_pos]
+        acc = hl.zeros([tile_p, tile_n], dtype=torch.float32)
+        for tile_k in hl.tile(chunk_size):
+            pos = start + tile_k.index
+            valid = pos < seqlen
+            xs = hl.load(x, [tile_b.begin, pos, tile_h.begin, tile_p], extra_mask=valid[:, None])
+            bs = hl.load(B, [tile_b.begin, pos, group, tile_n], extra_mask=valid[:, None]).to(torch.float32)
+            dA_k = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_k]
+            dt_k = dt[tile_b.begin, tile_h.begin, tile_c.begin, tile_k]
+            scale = torch.exp(torch.clamp(dA_last - dA_k, max=0.0)) * dt_k
+            keep = valid
+            if seq_idx is not None:
+                seq_k = hl.load(seq_idx, [tile_b.begin, pos], extra_mask=valid)
+                keep = valid & (seq_k == seq_last) & (seq_last >= 0)
+            scale = torch.where(keep, scale, 0.0)
+            acc = hl.dot(xs.T, (bs * scale[:, None]).to(xs.dtype), acc=acc)
+        states[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n] = acc.to(states_dtype)
+    return states
+
+
+CONFIGS: list[dict[str, Any]] = [
+    {"block_sizes": [8, 16, 16], "num_warps": 4, "num_stages": 2},
+    {"block_sizes": [16, 32, 8], "num_warps": 4, "num_stages": 3},
+]
+"""Explicit configs for the CPU parity tests: block_sizes = [headdim, dstate, chunk positions]."""
+
+
+def chunk_state_args(B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor,
+                     seq_idx: torch.Tensor | None = None, states_in_fp32: bool = True) -> tuple[Any, ...]:
+    """Validate the wrapper's arguments and return the arguments of :data:`chunk_state_kernel` (what a tuner
+    passes to ``chunk_state_kernel.autotune``)."""
+    if x.dim() != 4 or min(x.shape) < 1:
+        raise ValueError(f"x must be a non-empty (batch, seqlen, nheads, headdim), got shape {tuple(x.shape)}")
+    batch, seqlen, nheads, _ = x.shape
+    if B.dim() != 4 or B.shape[:2] != (batch, seqlen) or min(B.shape) < 1:
+        raise ValueError(f"B must be (batch={batch}, seqlen={seqlen}, ngroups, dstate), got {tuple(B.shape)}")
+    if nheads % B.shape[2]:
+        raise ValueError(f"nheads {nheads} is not a multiple of ngroups {B.shape[2]}")
+    if dt.dim() != 4 or dt.shape[:2] != (batch, nheads) or dt.shape[2] != -(-seqlen // dt.shape[3]):
+        raise ValueError(f"dt must be (batch={batch}, nheads={nheads}, nchunks, chunk_size) covering seqlen "
+                         f"{seqlen}, got {tuple(dt.shape)}")
+    if dA_cumsum.shape != dt.shape:
+        raise ValueError(f"dA_cumsum must have the shape of dt {tuple(dt.shape)}, got {tuple(dA_cumsum.shape)}")
+    if seq_idx is not None and seq_idx.shape != (batch, seqlen):
+        raise ValueError(f"seq_idx must have shape {(batch, seqlen)}, got {tuple(seq_idx.shape)}")
+    return (B, x, dt, dA_cumsum, seq_idx, torch.float32 if states_in_fp32 else B.dtype)
+
+
+def chunk_state_fwd(B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor,
+                    seq_idx: torch.Tensor | None = None, states_in_fp32: bool = True, *,
+                    config: ConfigLike = None) -> torch.Tensor:
+    """B (batch, seqlen, ngroups, dstate), x (batch, seqlen, nheads, headdim), dt and dA_cumsum (fp32, batch,
+    nheads, nchunks, chunk_size) -> states (batch, nchunks, nheads, headdim, dstate), fp32 when
+    states_in_fp32 else B.dtype. Head h reads group h // (nheads // ngroups)."""
+    return launch(chunk_state_kernel, chunk_state_args(B, x, dt, dA_cumsum, seq_idx, states_in_fp32), config)

@@ -1,0 +1,328 @@
+"""Helion port of mamba-ssm's gated RMSNorm / LayerNorm (``ops/triton/layernorm_gated.py``), forward and
+backward, with the autograd functions ``layernorm_fn`` / ``rmsnorm_fn``.
+
+The point of the port is the backward's row split: mamba-ssm gives each program
+``ceil(M / nrow_groups)`` rows, with ``nrow_groups`` derived from the SM count by A100-era constants, and
+sums the per-program fp32 partials of dw/db afterwards. Here the rows per program is a block size of the
+Helion config (``block_sizes[0]`` of :data:`layer_norm_bwd_kernel`), so the autotuner searches it; the
+partials are summed in fp32 on the host in a fixed order (no atomics: the backward is bitwise
+reproducible).
+
+Each program holds one whole group of ``group_size`` columns as one ``hl.arange(next_pow2(group_size))``,
+masked to the group, as mamba-ssm does; every mean is an explicit sum divided by the true group_size
+(never ``.mean()``, which Helion 1.5 can divide by the padded block size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import helion
+import helion.language as hl
+import torch
+import triton
+
+from kernels.chunk_cumsum import ConfigLike, launch
+
+MAX_FUSED_BYTES = 65536
+"""Largest group held in one block, in bytes of x's dtype (mamba-ssm's limit)."""
+
+
+@helion.kernel(static_shapes=True)
+def layer_norm_fwd_kernel(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    z: torch.Tensor | None,
+    out: torch.Tensor,
+    mean: torch.Tensor | None,
+    rstd: torch.Tensor,
+    eps: float,
+    group_size: int,
+    block_n: hl.constexpr,
+    norm_before_gate: hl.constexpr,
+    is_rms_norm: hl.constexpr,
+) -> None:
+    """Writes out (M, N), mean and rstd (ngroups, M) fp32 (mean None for RMS norm).
+
+    One program per (block of rows, group); the group is one ``hl.arange(block_n)`` with
+    block_n = next_pow2(group_size), masked to the group. With z: out = norm(x) * silu(z) if
+    norm_before_gate, else norm(x * silu(z))."""
+    m, n = x.shape
+    group_size = hl.specialize(group_size)
+    ngroups = n // group_size
+    for tile_m, tile_g in hl.tile([m, ngroups], block_size=[None, 1]):
+        cols = hl.arange(block_n)
+        valid = cols < group_size
+        idx = tile_g.begin * group_size + cols
+        xs = hl.load(x, [tile_m, idx], extra_mask=valid[None, :]).to(torch.float32)
+        if z is not None:
+            zs = hl.load(z, [tile_m, idx], extra_mask=valid[None, :]).to(torch.float32)
+            gate = zs * torch.sigmoid(zs)
+            if not norm_before_gate:
+                xs = xs * gate
+        if is_rms_norm:
+            centered = xs
+        else:
+            mu = torch.sum(xs, dim=1) / group_size
+            mean[tile_g.begin, tile_m] = mu
+            centered = torch.where(valid[None, :], xs - mu[:, None], 0.0)
+        var = torch.sum(centered * centered, dim=1) / group_size
+        inv = 1.0 / torch.sqrt(var + eps)
+        rstd[tile_g.begin, tile_m] = inv
+        w = hl.load(weight, [idx], extra_mask=valid).to(torch.float32)
+        y = centered * inv[:, None] * w[None, :]
+        if bias is not None:
+            y = y + hl.load(bias, [idx], extra_mask=valid).to(torch.float32)[None, :]
+        if z is not None and norm_before_gate:
+            y = y * gate
+        hl.store(out, [tile_m, idx], y.to(out.dtype), extra_mask=valid[None, :])
+
+
+# The host-side `bias is None` that sizes the partials is flagged as a tensor operation in the wrapper; it is not.
+@helion.kernel(static_shapes=True, ignore_warnings=[helion.exc.TensorOperationInWrapper])
+def layer_norm_bwd_kernel(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    z: torch.Tensor | None,
+    mean: torch.Tensor | None,
+    rstd: torch.Tensor,
+    dx: torch.Tensor,
+    dz: torch.Tensor | None,
+    out: torch.Tensor | None,
+    group_size: int,
+    block_n: hl.constexpr,
+    norm_before_gate: hl.constexpr,
+    is_rms_norm: hl.constexpr,
+) -> torch.Tensor:
+    """Writes dx, dz (with z) and out (when given: the recomputed forward output); returns the fp32
+    partial sums (1 or 2, nrow_groups, N) of dw and, with bias, db: one row per row group.
+
+    One program per (row group, group): a row group is ``block_sizes[0]`` consecutive rows (the tunable
+    that replaces mamba-ssm's SM-count formula), walked ``block_sizes[1]`` rows at a time while dw/db
+    accumulate in fp32 registers."""
+    m, n = x.shape
+    group_size = hl.specialize(group_size)
+    ngroups = n // group_size
+    rows_per_program = hl.register_block_size(m)
+    nrow_groups = (m + rows_per_program - 1) // rows_per_program
+    # partials[0] holds dw, partials[1] db (only with bias).
+    partials = torch.empty([1 if bias is None else 2, nrow_groups, n], dtype=torch.float32, device=x.device)
+    for tile_p, tile_g in hl.tile([m, ngroups], block_size=[rows_per_program, 1]):
+        cols = hl.arange(block_n)
+        valid = cols < group_size
+        idx = tile_g.begin * group_size + cols
+        w = hl.load(weight, [idx], extra_mask=valid).to(torch.float32)
+        if bias is not None:
+            b = hl.load(bias, [idx], extra_mask=valid).to(torch.float32)
+        dw_acc = hl.zeros([block_n], dtype=torch.float32)
+        db_acc = hl.zeros([block_n], dtype=torch.float32)
+        for tile_r in hl.tile(tile_p.begin, tile_p.end):
+            xs = hl.load(x, [tile_r, idx], extra_mask=valid[None, :]).to(torch.float32)
+            g = hl.load(dy, [tile_r, idx], extra_mask=valid[None, :]).to(torch.float32)
+            if z is not None:
+                zs = hl.load(z, [tile_r, idx], extra_mask=valid[None, :]).to(torch.float32)
+                sig = torch.sigmoid(zs)
+                # d silu(z) / dz = sigmoid(z) * (1 + z * (1 - sigmoid(z)))
+                dsilu = sig * (1.0 + zs * (1.0 - sig))
+                if not norm_before_gate:
+                    x_og = xs
+                    xs = xs * zs * sig
+            inv = rstd[tile_g.begin, tile_r]
+            if is_rms_norm:
+                xhat = xs * inv[:, None]
+            else:
+                mu = mean[tile_g.begin, tile_r]
+                xhat = torch.where(valid[None, :], (xs - mu[:, None]) * inv[:, None], 0.0)
+            y = xhat * w[None, :]
+            if bias is not None:
+                y = y + b[None, :]
+            if z is not None and norm_before_gate:
+                if out is not None:
+                    hl.store(out, [tile_r, idx], (y * zs * sig).to(out.dtype), extra_mask=valid[None, :])
+                hl.store(dz, [tile_r, idx], (g * y * dsilu).to(dz.dtype), extra_mask=valid[None, :])
+                g = g * zs * sig
+            elif out is not None:
+                hl.store(out, [tile_r, idx], y.to(out.dtype), extra_mask=valid[None, :])
+            wdy = w[None, :] * g
+            c1 = torch.sum(xhat * wdy, dim=1) / group_size
+            if is_rms_norm:
+                dxs = (wdy - xhat * c1[:, None]) * inv[:, None]
+            else:
+                c2 = torch.sum(wdy, dim=1) / group_size
+                dxs = (wdy - (xhat * c1[:, None] + c2[:, None])) * inv[:, None]
+            # Rows past m are zeroed before the sums over rows: with m == 1 (a static size-1 dimension)
+            # Helion 1.5 drops the row index and its mask, so every row of the tile reads row 0.
+            live = (tile_r.index < m)[:, None]
+            dw_acc = dw_acc + torch.sum(torch.where(live, g * xhat, 0.0), dim=0)
+            if bias is not None:
+                db_acc = db_acc + torch.sum(torch.where(live, g, 0.0), dim=0)
+            if z is not None and not norm_before_gate:
+                hl.store(dz, [tile_r, idx], (dxs * x_og * dsilu).to(dz.dtype), extra_mask=valid[None, :])
+                dxs = dxs * zs * sig
+            hl.store(dx, [tile_r, idx], dxs.to(dx.dtype), extra_mask=valid[None, :])
+        hl.store(partials, [0, tile_p.id, idx], dw_acc, extra_mask=valid)
+        if bias is not None:
+            hl.store(partials, [1, tile_p.id, idx], db_acc, extra_mask=valid)
+    return partials
+
+
+CONFIGS: list[dict[str, Any]] = [
+    {"fwd": {"block_sizes": [1], "num_warps": 1}, "bwd": {"block_sizes": [4, 1], "num_warps": 1}},
+    {"fwd": {"block_sizes": [4], "num_warps": 4}, "bwd": {"block_sizes": [16, 4], "num_warps": 4}},
+]
+"""Explicit configs for the CPU parity tests: {"fwd": forward config, "bwd": backward config}. Forward
+block_sizes[0] = rows per program; backward block_sizes[0] = rows per row group (nrow_groups =
+ceil(M / it)), block_sizes[1] = rows processed at once inside a row group."""
+
+
+def _split_config(config: ConfigLike | Mapping[str, Any]) -> tuple[ConfigLike, ConfigLike]:
+    """(forward config, backward config) from None, or a mapping {"fwd": ..., "bwd": ...}."""
+    if config is None:
+        return None, None
+    if isinstance(config, Mapping) and set(config) <= {"fwd", "bwd"}:
+        return config.get("fwd"), config.get("bwd")
+    raise ValueError(f'layernorm_fn/rmsnorm_fn take config as {{"fwd": ..., "bwd": ...}}, got {config!r}')
+
+
+def _check_common(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None,
+                  group_size: int | None) -> tuple[int, int]:
+    """Validate the shapes and strides mamba-ssm asserts; return (group_size, block_n)."""
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D (M, N), got shape {tuple(x.shape)}")
+    m, n = x.shape
+    if m < 1 or n < 1:
+        raise ValueError(f"x must not be empty, got shape {tuple(x.shape)}")
+    group_size = n if group_size is None else int(group_size)
+    if group_size < 1 or n % group_size != 0:
+        raise ValueError(f"group_size {group_size} does not divide N = {n}")
+    if x.stride(-1) != 1:
+        raise ValueError("x must be contiguous in its last dimension")
+    if z is not None and (z.shape != x.shape or z.stride(-1) != 1):
+        raise ValueError(f"z must have shape {tuple(x.shape)} and be contiguous in its last dimension")
+    if weight.shape != (n,) or weight.stride(-1) != 1:
+        raise ValueError(f"weight must be a contiguous ({n},) tensor, got shape {tuple(weight.shape)}")
+    if bias is not None and (bias.shape != (n,) or bias.stride(-1) != 1):
+        raise ValueError(f"bias must be a contiguous ({n},) tensor, got shape {tuple(bias.shape)}")
+    block_n = triton.next_power_of_2(group_size)
+    if block_n > MAX_FUSED_BYTES // x.element_size():
+        raise RuntimeError(f"group_size {group_size} exceeds one block of {MAX_FUSED_BYTES} bytes")
+    return group_size, block_n
+
+
+def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float,
+                   z: torch.Tensor | None = None, out: torch.Tensor | None = None, group_size: int | None = None,
+                   norm_before_gate: bool = True, is_rms_norm: bool = False, *,
+                   config: ConfigLike = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """x (M, N) -> (out (M, N) in x.dtype or into ``out``, mean (ngroups*M,) fp32 or None for RMS norm,
+    rstd (ngroups*M,) fp32), stats laid out group-major (index g*M + row) as in mamba-ssm."""
+    group_size, block_n = _check_common(x, weight, bias, z, group_size)
+    m, n = x.shape
+    ngroups = n // group_size
+    if out is None:
+        out = torch.empty_like(x)
+    elif out.shape != x.shape or out.stride(-1) != 1:
+        raise ValueError(f"out must have shape {tuple(x.shape)} and be contiguous in its last dimension")
+    mean = None if is_rms_norm else torch.empty((ngroups * m,), dtype=torch.float32, device=x.device)
+    rstd = torch.empty((ngroups * m,), dtype=torch.float32, device=x.device)
+    args = (x, weight, bias, z, out, None if mean is None else mean.view(ngroups, m), rstd.view(ngroups, m),
+            float(eps), group_size, block_n, bool(norm_before_gate), bool(is_rms_norm))
+    launch(layer_norm_fwd_kernel, args, config)
+    return out, mean, rstd
+
+
+def layer_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float,
+                   mean: torch.Tensor | None, rstd: torch.Tensor, z: torch.Tensor | None = None,
+                   group_size: int | None = None, norm_before_gate: bool = True, is_rms_norm: bool = False,
+                   recompute_output: bool = False, dz: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                   *, config: ConfigLike = None) -> tuple[torch.Tensor | None, ...]:
+    """(dx, dw, db, dz), plus the recomputed output when ``recompute_output``: dx in x.dtype, dz in z.dtype
+    (into ``dz`` when given), dw/db in weight/bias dtype (db None without bias, dz None without z).
+    ``eps`` is unused (rstd carries it), as in mamba-ssm."""
+    del eps
+    group_size, block_n = _check_common(x, weight, bias, z, group_size)
+    m, n = x.shape
+    ngroups = n // group_size
+    if dy.shape != x.shape or dy.stride(-1) != 1:
+        raise ValueError(f"dy must have shape {tuple(x.shape)} and be contiguous in its last dimension")
+    if rstd.shape != (ngroups * m,) or (not is_rms_norm and (mean is None or mean.shape != (ngroups * m,))):
+        raise ValueError(f"mean/rstd must have shape ({ngroups * m},)")
+    if dz is not None:
+        if z is None or dz.shape != z.shape or dz.stride(-1) != 1:
+            raise ValueError("dz needs z, and must have z's shape and be contiguous in its last dimension")
+    elif z is not None:
+        dz = torch.empty_like(z)
+    if recompute_output:
+        if out is None:
+            out = torch.empty_like(x)
+        elif out.shape != x.shape or out.stride(-1) != 1:
+            raise ValueError(f"out must have shape {tuple(x.shape)} and be contiguous in its last dimension")
+    dx = torch.empty_like(x)
+    args = (dy, x, weight, bias, z, None if is_rms_norm else mean.view(ngroups, m), rstd.view(ngroups, m),
+            dx, dz, out if recompute_output else None, group_size, block_n, bool(norm_before_gate),
+            bool(is_rms_norm))
+    sums = launch(layer_norm_bwd_kernel, args, config).sum(1)  # fp32, a fixed order: deterministic
+    dw = sums[0].to(weight.dtype)
+    db = None if bias is None else sums[1].to(bias.dtype)
+    return (dx, dw, db, dz, out) if recompute_output else (dx, dw, db, dz)
+
+
+class LayerNormFn(torch.autograd.Function):
+    """Autograd for the gated norm: the Helion forward, and the Helion backward from saved mean/rstd."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                z: torch.Tensor | None, eps: float, group_size: int | None, norm_before_gate: bool,
+                is_rms_norm: bool, config: ConfigLike | Mapping[str, Any]) -> torch.Tensor:
+        fwd_config, bwd_config = _split_config(config)
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        if x2.stride(-1) != 1:
+            x2 = x2.contiguous()
+        z2 = None
+        if z is not None:
+            if z.shape != shape:
+                raise ValueError(f"z must have x's shape {tuple(shape)}, got {tuple(z.shape)}")
+            z2 = z.reshape(-1, shape[-1])
+            if z2.stride(-1) != 1:
+                z2 = z2.contiguous()
+        weight = weight.contiguous()
+        bias = None if bias is None else bias.contiguous()
+        y, mean, rstd = layer_norm_fwd(x2, weight, bias, eps, z=z2, group_size=group_size,
+                                       norm_before_gate=norm_before_gate, is_rms_norm=is_rms_norm,
+                                       config=fwd_config)
+        ctx.save_for_backward(x2, weight, bias, mean, rstd, z2)
+        ctx.shape = shape
+        ctx.settings = (eps, group_size, norm_before_gate, is_rms_norm, bwd_config)
+        return y.reshape(shape)
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, weight, bias, mean, rstd, z = ctx.saved_tensors
+        eps, group_size, norm_before_gate, is_rms_norm, bwd_config = ctx.settings
+        dy = dy.reshape(-1, dy.shape[-1])
+        if dy.stride(-1) != 1:
+            dy = dy.contiguous()
+        dx, dw, db, dz = layer_norm_bwd(dy, x, weight, bias, eps, mean, rstd, z, group_size, norm_before_gate,
+                                        is_rms_norm, config=bwd_config)
+        return (dx.reshape(ctx.shape), dw, db, None if dz is None else dz.reshape(ctx.shape),
+                None, None, None, None, None)
+
+
+def layernorm_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None = None,
+                 eps: float = 1e-6, group_size: int | None = None, norm_before_gate: bool = True,
+                 is_rms_norm: bool = False, *, config: Mapping[str, Any] | None = None) -> torch.Tensor:
+    """Gated LayerNorm (or RMSNorm) over the last dimension, in groups of ``group_size``: norm(x) * silu(z)
+    if norm_before_gate, else norm(x * silu(z)); output in x.dtype and x's shape. ``config`` is
+    {"fwd": ..., "bwd": ...} (either may be missing: the kernel's default config)."""
+    return LayerNormFn.apply(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm, config)
+
+
+def rmsnorm_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None = None,
+               eps: float = 1e-6, group_size: int | None = None, norm_before_gate: bool = True, *,
+               config: Mapping[str, Any] | None = None) -> torch.Tensor:
+    """Gated RMSNorm: :func:`layernorm_fn` with ``is_rms_norm=True``."""
+    return LayerNormFn.apply(x, weight, bias, z, eps, group_size, norm_before_gate, True, config)
