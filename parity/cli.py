@@ -274,7 +274,7 @@ COMMANDS = {"check": cmd_check, "tune": cmd_tune, "gate": cmd_gate, "promote": c
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: dispatch, turning user errors into one line and exit code 2."""
-    console = Console(stderr=False)
+    console = Console(stderr=False, width=None if sys.stdout.isatty() else 150)
     try:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args, console)

@@ -243,6 +243,21 @@ def _compare(spec: OpSpec, dtype: str, tolerances: Tolerances, oracle: Run, run:
     return results, errors
 
 
+_SHARED: dict[tuple, tuple[Run, Run | None]] = {}
+_SHARED_LIMIT = 64
+
+
+def _remember(key: tuple, oracle: Run, base_run: Run | None) -> None:
+    """Keep the oracle and baseline runs of recent problems: checking several candidates one at a time
+    (one pytest case each) then runs the slow reference implementations once per problem."""
+    on_gpu = any(isinstance(v, torch.Tensor) and v.is_cuda for v in oracle.values.values())
+    limit = 1 if on_gpu else _SHARED_LIMIT  # realistic GPU shapes are large: keep only the one in use
+    _SHARED.pop(key, None)
+    _SHARED[key] = (oracle, base_run)
+    while len(_SHARED) > limit:
+        _SHARED.pop(next(iter(_SHARED)))
+
+
 def run_problem(spec: OpSpec, impls: Sequence[Impl], problem: Problem, dtype: torch.dtype, seed: int,
                 device: str, tolerances: Tolerances, backward: bool = True,
                 poison: Sequence[str] = ("nan",), layout: str = "contiguous",
@@ -257,12 +272,16 @@ def run_problem(spec: OpSpec, impls: Sequence[Impl], problem: Problem, dtype: to
     inputs = spec.make_inputs(problem, dtype, seed, dev)
     inputs = {k: relayout(v, layout) if k in relayout_inputs else v for k, v in inputs.items()}
     upstream = _upstream_grads(seed) if backward and spec.grad_inputs else None
-    oracle = execute(spec, spec.reference.load(), {k: _upcast(v) for k, v in inputs.items()}, upstream)
-    if oracle.errors:
-        raise RuntimeError(f"the oracle of {spec.name} failed on {dict(problem)}: {'; '.join(oracle.errors)}")
-    base_run = None
-    if spec.baseline is not None and any(i.name != spec.baseline.name for i in impls):
+    key = (spec.name, json.dumps(problem, sort_keys=True), str(dtype), seed, device, upstream is not None,
+           layout, tuple(relayout_inputs))
+    oracle, base_run = _SHARED.get(key, (None, None))
+    if oracle is None:
+        oracle = execute(spec, spec.reference.load(), {k: _upcast(v) for k, v in inputs.items()}, upstream)
+        if oracle.errors:
+            raise RuntimeError(f"the oracle of {spec.name} failed on {dict(problem)}: {'; '.join(oracle.errors)}")
+    if base_run is None and spec.baseline is not None and any(i.name != spec.baseline.name for i in impls):
         base_run = execute(spec, spec.baseline.load(), inputs, upstream)
+    _remember(key, oracle, base_run)
     name = dtype_name(dtype)
     results = []
     for impl in impls:
