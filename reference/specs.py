@@ -15,7 +15,12 @@ from hypothesis import strategies as st
 from parity.errors import ParityError
 from parity.registry import register
 from parity.spec import Impl, OpSpec, Problem
+from reference import _triton_shims
 from reference.chunk_cumsum import chunk_cumsum_fwd
+
+# Under the Triton interpreter (CPU), the shims apply to every Triton kernel: mamba-ssm's and the Triton
+# that Helion generates. No-op on CUDA.
+_triton_shims.install()
 
 # ---------------------------------------------------------------------------------------------
 # Problem sizes
