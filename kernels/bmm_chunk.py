@@ -18,7 +18,6 @@ def bmm_chunk_kernel(
     b: torch.Tensor,
     seq_idx: torch.Tensor | None,
     chunk_size: int,
-    causal: hl.constexpr,
     dot_dtype: torch.dtype,
     out_dtype: torch.dtype,
 ) -> torch.Tensor:
@@ -27,7 +26,7 @@ def bmm_chunk_kernel(
     One program per (batch, chunk, group, row block, column block), looping over k; products in dot_dtype
     with fp32 accumulation, true fp32 (not TF32) for fp32 inputs. Rows and columns are tiles of chunk_size,
     offset by the chunk start; positions past seqlen are masked explicitly (hl.tile masks only against
-    chunk_size). With causal, entries above the diagonal (j > i) are zero."""
+    chunk_size)."""
     batch, seqlen, ngroups, k = a.shape
     chunk_size = hl.specialize(chunk_size)
     nchunks = (seqlen + chunk_size - 1) // chunk_size
@@ -47,8 +46,6 @@ def bmm_chunk_kernel(
             seq_i = hl.load(seq_idx, [tile_b.begin, pos_i], extra_mask=valid_i)
             seq_j = hl.load(seq_idx, [tile_b.begin, pos_j], extra_mask=valid_j)
             acc = torch.where(seq_i[:, None] == seq_j[None, :], acc, 0.0)
-        if causal:
-            acc = torch.where(tile_i.index[:, None] >= tile_j.index[None, :], acc, 0.0)
         out[tile_b.begin, tile_c.begin, tile_g.begin, tile_i, tile_j] = acc.to(out_dtype)
     return out
 
@@ -63,7 +60,8 @@ CONFIGS: list[dict[str, Any]] = [
 def bmm_chunk_args(a: torch.Tensor, b: torch.Tensor, chunk_size: int, seq_idx: torch.Tensor | None = None,
                    causal: bool = False, output_dtype: torch.dtype | None = None) -> tuple[Any, ...]:
     """Validate the wrapper's arguments and return the arguments of :data:`bmm_chunk_kernel` (what a tuner
-    passes to ``bmm_chunk_kernel.autotune``); ungrouped a, b get a group axis of size 1."""
+    passes to ``bmm_chunk_kernel.autotune``); ungrouped a, b get a group axis of size 1. ``causal`` changes
+    nothing (see :func:`bmm_chunk_fwd`)."""
     if a.dim() not in (3, 4) or min(a.shape) < 1:
         raise ValueError(f"a must be a non-empty (batch, seqlen, k) or (batch, seqlen, ngroups, k), "
                          f"got shape {tuple(a.shape)}")
@@ -76,7 +74,7 @@ def bmm_chunk_args(a: torch.Tensor, b: torch.Tensor, chunk_size: int, seq_idx: t
     a4, b4 = (a, b) if a.dim() == 4 else (a.unsqueeze(2), b.unsqueeze(2))
     dot_dtype = a.dtype if a.dtype == b.dtype else torch.float32
     out_dtype = a.dtype if output_dtype is None else output_dtype
-    return (a4, b4, seq_idx, int(chunk_size), bool(causal), dot_dtype, out_dtype)
+    return (a4, b4, seq_idx, int(chunk_size), dot_dtype, out_dtype)
 
 
 def bmm_chunk_fwd(a: torch.Tensor, b: torch.Tensor, chunk_size: int, seq_idx: torch.Tensor | None = None,
@@ -88,7 +86,8 @@ def bmm_chunk_fwd(a: torch.Tensor, b: torch.Tensor, chunk_size: int, seq_idx: to
     out[..., i, j] = sum_k a[c*chunk_size + i, k] * b[c*chunk_size + j, k], zero where i or j lies past seqlen
     or seq_idx differs between them. mamba-ssm computes the products in the lower of the two input
     precisions; here inputs of one dtype multiply in that dtype and mixed inputs in fp32, always accumulated
-    in fp32. causal: mamba-ssm guarantees only out[i, j] for i >= j and leaves whole blocks above the
-    diagonal unwritten (uninitialised memory); here every entry with j > i is 0."""
+    in fp32. causal: mamba-ssm defines only out[i, j] for i >= j then (it leaves the blocks wholly above the
+    diagonal unwritten, and writes the full product elsewhere); like reference/bmm_chunk.py this port
+    returns the full product everywhere."""
     out = launch(bmm_chunk_kernel, bmm_chunk_args(a, b, chunk_size, seq_idx, causal, output_dtype), config)
     return out if a.dim() == 4 else out.squeeze(2)

@@ -61,11 +61,64 @@ def chunk_state_kernel(
     return states
 
 
+@helion.kernel(static_shapes=True, dot_precision="ieee")
+def chunk_state_varlen_kernel(
+    B: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    chunk_states: torch.Tensor,
+    chunk_size: int,
+) -> torch.Tensor:
+    """B (total, ngroups, dstate), x (total, nheads, headdim), dt and dA_cumsum (nheads, nchunks * chunk_size),
+    cu_seqlens (nseq + 1,), chunk_states (nchunks, nheads, headdim, dstate) entering each chunk -> states
+    (nseq, nheads, headdim, dstate) in chunk_states.dtype, the state after each sequence's last token.
+
+    One program per (sequence, head, headdim block, dstate block). The chunk c holding the sequence's last
+    token is read from cu_seqlens; its positions from the sequence's start (or the chunk's) to that token
+    are summed as in :data:`chunk_state_kernel`, decayed to that token, and exp(dA_cumsum at that token) *
+    chunk_states[c] is added when the sequence began before chunk c. An empty sequence gets zeros.
+    dt and dA_cumsum come flattened over (chunk, position), so that every data-dependent index is a single
+    tensor (Helion 1.5 fails to lower a load indexed by two 0-dim tensors)."""
+    total, nheads, headdim = x.shape
+    ngroups, dstate = B.shape[1], B.shape[2]
+    chunk_size = hl.specialize(chunk_size)
+    nseq = cu_seqlens.size(0) - 1
+    heads_per_group = nheads // ngroups
+    states = torch.empty([nseq, nheads, headdim, dstate], dtype=chunk_states.dtype, device=x.device)
+    for tile_s, tile_h, tile_p, tile_n in hl.tile([nseq, nheads, headdim, dstate], block_size=[1, 1, None, None]):
+        group = tile_h.begin // heads_per_group
+        seq_start = cu_seqlens[tile_s.begin]
+        seq_end = cu_seqlens[tile_s.begin + 1]
+        nonempty = seq_end > seq_start
+        last = torch.clamp(seq_end - 1, min=0)  # the sequence's last token (0 for an empty sequence)
+        chunk = last // chunk_size
+        chunk_start = chunk * chunk_size
+        dA_last = dA_cumsum[tile_h.begin, last]
+        acc = hl.zeros([tile_p, tile_n], dtype=torch.float32)
+        for tile_k in hl.tile(chunk_size):
+            pos = chunk_start + tile_k.index
+            valid = (pos >= seq_start) & (pos <= last) & nonempty
+            xs = hl.load(x, [pos, tile_h.begin, tile_p], extra_mask=valid[:, None])
+            bs = hl.load(B, [pos, group, tile_n], extra_mask=valid[:, None]).to(torch.float32)
+            dA_k = hl.load(dA_cumsum, [tile_h.begin, pos])
+            dt_k = hl.load(dt, [tile_h.begin, pos])
+            scale = torch.where(valid, torch.exp(torch.clamp(dA_last - dA_k, max=0.0)) * dt_k, 0.0)
+            acc = hl.dot(xs.T, (bs * scale[:, None]).to(xs.dtype), acc=acc)
+        carried = chunk_states[chunk, tile_h.begin, tile_p, tile_n].to(torch.float32)
+        acc = acc + torch.where(nonempty & (seq_start < chunk_start), torch.exp(dA_last), 0.0) * carried
+        states[tile_s.begin, tile_h.begin, tile_p, tile_n] = acc.to(states.dtype)
+    return states
+
+
 CONFIGS: list[dict[str, Any]] = [
-    {"block_sizes": [8, 16, 16], "num_warps": 4, "num_stages": 2},
-    {"block_sizes": [16, 32, 8], "num_warps": 4, "num_stages": 3},
+    {"block_sizes": [16, 32, 32], "num_warps": 4, "num_stages": 2},
+    {"block_sizes": [32, 16, 16], "num_warps": 8, "num_stages": 3},
 ]
-"""Explicit configs for the CPU parity tests: block_sizes = [headdim, dstate, chunk positions]."""
+"""Explicit configs for the CPU parity tests: block_sizes = [headdim, dstate, chunk positions] (Helion raises
+every dot dimension below 16 to 16). At the CI shapes (chunk 16/32, headdim 8/16, dstate 16) they cover one
+and two position blocks per chunk and blocks wider than headdim, dstate and the chunk."""
 
 
 def chunk_state_args(B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor,
@@ -96,3 +149,45 @@ def chunk_state_fwd(B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsu
     nheads, nchunks, chunk_size) -> states (batch, nchunks, nheads, headdim, dstate), fp32 when
     states_in_fp32 else B.dtype. Head h reads group h // (nheads // ngroups)."""
     return launch(chunk_state_kernel, chunk_state_args(B, x, dt, dA_cumsum, seq_idx, states_in_fp32), config)
+
+
+VARLEN_CONFIGS: list[dict[str, Any]] = [
+    {"block_sizes": [16, 16, 16], "num_warps": 4, "num_stages": 2},
+    {"block_sizes": [32, 16, 32], "num_warps": 4, "num_stages": 3},
+]
+"""Explicit configs of :data:`chunk_state_varlen_kernel`: block_sizes = [headdim, dstate, chunk positions]."""
+
+
+def chunk_state_varlen_args(B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor,
+                            cu_seqlens: torch.Tensor, chunk_states: torch.Tensor) -> tuple[Any, ...]:
+    """Validate the wrapper's arguments and return the arguments of :data:`chunk_state_varlen_kernel`."""
+    if x.dim() != 3 or min(x.shape) < 1:
+        raise ValueError(f"x must be a non-empty (total_seqlen, nheads, headdim), got shape {tuple(x.shape)}")
+    total, nheads, headdim = x.shape
+    if B.dim() != 3 or B.shape[0] != total or nheads % B.shape[1]:
+        raise ValueError(f"B must be (total_seqlen={total}, ngroups dividing {nheads}, dstate), got {tuple(B.shape)}")
+    if dt.dim() != 3 or dt.shape[0] != nheads or dt.shape[1] != -(-total // dt.shape[2]):
+        raise ValueError(f"dt must be (nheads={nheads}, nchunks, chunk_size) covering {total} tokens, "
+                         f"got {tuple(dt.shape)}")
+    if dA_cumsum.shape != dt.shape:
+        raise ValueError(f"dA_cumsum must have the shape of dt {tuple(dt.shape)}, got {tuple(dA_cumsum.shape)}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(f"cu_seqlens must be (nseq + 1,) with nseq >= 1, got shape {tuple(cu_seqlens.shape)}")
+    if chunk_states.shape != (dt.shape[1], nheads, headdim, B.shape[2]):
+        raise ValueError(f"chunk_states must have shape {(dt.shape[1], nheads, headdim, B.shape[2])}, "
+                         f"got {tuple(chunk_states.shape)}")
+    nchunks, chunk_size = dt.shape[1:]
+    return (B, x, dt.reshape(nheads, nchunks * chunk_size), dA_cumsum.reshape(nheads, nchunks * chunk_size),
+            cu_seqlens, chunk_states, chunk_size)
+
+
+def chunk_state_varlen(B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor,
+                       cu_seqlens: torch.Tensor, chunk_states: torch.Tensor, *,
+                       config: ConfigLike = None) -> torch.Tensor:
+    """The state after each packed sequence's last token (mamba-ssm's ``chunk_state_varlen``): B (total,
+    ngroups, dstate), x (total, nheads, headdim), dt and dA_cumsum (fp32, nheads, nchunks, chunk_size),
+    cu_seqlens (nseq + 1,) nondecreasing in [0, total], chunk_states (nchunks, nheads, headdim, dstate) entering
+    each chunk -> (nseq, nheads, headdim, dstate) in chunk_states.dtype; zeros for an empty sequence (where
+    mamba-ssm reads out of bounds)."""
+    args = chunk_state_varlen_args(B, x, dt, dA_cumsum, cu_seqlens, chunk_states)
+    return launch(chunk_state_varlen_kernel, args, config)

@@ -171,12 +171,15 @@ def layer_norm_bwd_kernel(
 
 
 CONFIGS: list[dict[str, Any]] = [
-    {"fwd": {"block_sizes": [1], "num_warps": 1}, "bwd": {"block_sizes": [4, 1], "num_warps": 1}},
-    {"fwd": {"block_sizes": [4], "num_warps": 4}, "bwd": {"block_sizes": [16, 4], "num_warps": 4}},
+    {"fwd": {"block_sizes": [4], "num_warps": 2}, "bwd": {"block_sizes": [8, 2], "num_warps": 2}},
+    {"fwd": {"block_sizes": [16], "num_warps": 4}, "bwd": {"block_sizes": [32, 8], "num_warps": 4}},
 ]
 """Explicit configs for the CPU parity tests: {"fwd": forward config, "bwd": backward config}. Forward
 block_sizes[0] = rows per program; backward block_sizes[0] = rows per row group (nrow_groups =
-ceil(M / it)), block_sizes[1] = rows processed at once inside a row group."""
+ceil(M / it)), block_sizes[1] = rows processed at once inside a row group. At the test sizes (M <= 40)
+the first gives several row groups with a ragged last one, the second one or two row groups walked by a
+masked 8-row tile. (On the H200 at M=16384, group 512, bf16 the fastest seen was bwd [16, 1] with 1-4
+warps, 0.206 ms against mamba-ssm's 0.496 ms.)"""
 
 
 def _split_config(config: ConfigLike | Mapping[str, Any]) -> tuple[ConfigLike, ConfigLike]:
@@ -213,12 +216,11 @@ def _check_common(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return group_size, block_n
 
 
-def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float,
-                   z: torch.Tensor | None = None, out: torch.Tensor | None = None, group_size: int | None = None,
-                   norm_before_gate: bool = True, is_rms_norm: bool = False, *,
-                   config: ConfigLike = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """x (M, N) -> (out (M, N) in x.dtype or into ``out``, mean (ngroups*M,) fp32 or None for RMS norm,
-    rstd (ngroups*M,) fp32), stats laid out group-major (index g*M + row) as in mamba-ssm."""
+def layer_norm_fwd_args(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float,
+                        z: torch.Tensor | None = None, out: torch.Tensor | None = None, group_size: int | None = None,
+                        norm_before_gate: bool = True, is_rms_norm: bool = False) -> tuple[Any, ...]:
+    """Validate the wrapper's arguments, allocate out (unless given), mean and rstd, and return the arguments
+    of :data:`layer_norm_fwd_kernel` (what a tuner passes to ``layer_norm_fwd_kernel.autotune``)."""
     group_size, block_n = _check_common(x, weight, bias, z, group_size)
     m, n = x.shape
     ngroups = n // group_size
@@ -226,22 +228,32 @@ def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
         out = torch.empty_like(x)
     elif out.shape != x.shape or out.stride(-1) != 1:
         raise ValueError(f"out must have shape {tuple(x.shape)} and be contiguous in its last dimension")
-    mean = None if is_rms_norm else torch.empty((ngroups * m,), dtype=torch.float32, device=x.device)
-    rstd = torch.empty((ngroups * m,), dtype=torch.float32, device=x.device)
-    args = (x, weight, bias, z, out, None if mean is None else mean.view(ngroups, m), rstd.view(ngroups, m),
-            float(eps), group_size, block_n, bool(norm_before_gate), bool(is_rms_norm))
+    mean = None if is_rms_norm else torch.empty((ngroups, m), dtype=torch.float32, device=x.device)
+    rstd = torch.empty((ngroups, m), dtype=torch.float32, device=x.device)
+    return (x, weight, bias, z, out, mean, rstd, float(eps), group_size, block_n, bool(norm_before_gate),
+            bool(is_rms_norm))
+
+
+def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float,
+                   z: torch.Tensor | None = None, out: torch.Tensor | None = None, group_size: int | None = None,
+                   norm_before_gate: bool = True, is_rms_norm: bool = False, *,
+                   config: ConfigLike = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """x (M, N) -> (out (M, N) in x.dtype or into ``out``, mean (ngroups*M,) fp32 or None for RMS norm,
+    rstd (ngroups*M,) fp32), stats laid out group-major (index g*M + row) as in mamba-ssm."""
+    args = layer_norm_fwd_args(x, weight, bias, eps, z, out, group_size, norm_before_gate, is_rms_norm)
     launch(layer_norm_fwd_kernel, args, config)
-    return out, mean, rstd
+    out, mean, rstd = args[4:7]
+    return out, None if mean is None else mean.view(-1), rstd.view(-1)
 
 
-def layer_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float,
-                   mean: torch.Tensor | None, rstd: torch.Tensor, z: torch.Tensor | None = None,
-                   group_size: int | None = None, norm_before_gate: bool = True, is_rms_norm: bool = False,
-                   recompute_output: bool = False, dz: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                   *, config: ConfigLike = None) -> tuple[torch.Tensor | None, ...]:
-    """(dx, dw, db, dz), plus the recomputed output when ``recompute_output``: dx in x.dtype, dz in z.dtype
-    (into ``dz`` when given), dw/db in weight/bias dtype (db None without bias, dz None without z).
-    ``eps`` is unused (rstd carries it), as in mamba-ssm."""
+def layer_norm_bwd_args(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                        eps: float, mean: torch.Tensor | None, rstd: torch.Tensor, z: torch.Tensor | None = None,
+                        group_size: int | None = None, norm_before_gate: bool = True, is_rms_norm: bool = False,
+                        recompute_output: bool = False, dz: torch.Tensor | None = None,
+                        out: torch.Tensor | None = None) -> tuple[Any, ...]:
+    """Validate the wrapper's arguments, allocate dx, dz (with z, unless given) and out (with
+    ``recompute_output``, unless given), and return the arguments of :data:`layer_norm_bwd_kernel` (what a
+    tuner passes to ``layer_norm_bwd_kernel.autotune``). ``eps`` is unused (rstd carries it), as in mamba-ssm."""
     del eps
     group_size, block_n = _check_common(x, weight, bias, z, group_size)
     m, n = x.shape
@@ -260,11 +272,23 @@ def layer_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias
             out = torch.empty_like(x)
         elif out.shape != x.shape or out.stride(-1) != 1:
             raise ValueError(f"out must have shape {tuple(x.shape)} and be contiguous in its last dimension")
-    dx = torch.empty_like(x)
-    args = (dy, x, weight, bias, z, None if is_rms_norm else mean.view(ngroups, m), rstd.view(ngroups, m),
-            dx, dz, out if recompute_output else None, group_size, block_n, bool(norm_before_gate),
-            bool(is_rms_norm))
-    sums = launch(layer_norm_bwd_kernel, args, config).sum(1)  # fp32, a fixed order: deterministic
+    return (dy, x, weight, bias, z, None if is_rms_norm else mean.view(ngroups, m), rstd.view(ngroups, m),
+            torch.empty_like(x), dz, out if recompute_output else None, group_size, block_n,
+            bool(norm_before_gate), bool(is_rms_norm))
+
+
+def layer_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float,
+                   mean: torch.Tensor | None, rstd: torch.Tensor, z: torch.Tensor | None = None,
+                   group_size: int | None = None, norm_before_gate: bool = True, is_rms_norm: bool = False,
+                   recompute_output: bool = False, dz: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                   *, config: ConfigLike = None) -> tuple[torch.Tensor | None, ...]:
+    """(dx, dw, db, dz), plus the recomputed output when ``recompute_output``: dx in x.dtype, dz in z.dtype
+    (into ``dz`` when given), dw/db in weight/bias dtype (db None without bias, dz None without z).
+    dw/db are the kernel's per-row-group fp32 partials summed in one fixed-order reduction (deterministic)."""
+    args = layer_norm_bwd_args(dy, x, weight, bias, eps, mean, rstd, z, group_size, norm_before_gate, is_rms_norm,
+                               recompute_output, dz, out)
+    sums = launch(layer_norm_bwd_kernel, args, config).sum(1)
+    dx, dz, out = args[7], args[8], args[9]
     dw = sums[0].to(weight.dtype)
     db = None if bias is None else sums[1].to(bias.dtype)
     return (dx, dw, db, dz, out) if recompute_output else (dx, dw, db, dz)

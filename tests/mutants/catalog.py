@@ -1,0 +1,160 @@
+"""The mutant table: every deliberately broken Helion kernel the gate must reject, in one place.
+
+Each entry patches the current source of a module in ``kernels/`` (see :mod:`mutants`), names one failure
+class and the problem, dtype and config that expose it. ``tests/test_mutants.py`` runs each one through
+the op's registered spec next to the unpatched kernel (the control, which must pass on the same problem).
+"""
+
+from __future__ import annotations
+
+from mutants import Mutant
+from reference.specs import RAGGED
+
+# Problems (reference/specs.py field names). RAGGED is the registry's pinned ragged problem (seqlen 37 with
+# chunk_size 16: two whole chunks and a partial one; 4 heads in 2 groups); the *_PINNED problems are the
+# registry's first pinned example of each op (RAGGED with every feature the op takes).
+CUMSUM_PINNED = {**RAGGED, "dt_bias": True, "dt_softplus": True, "dt_limit": [0.001, 0.1]}
+STATE_PASSING_PINNED = {**RAGGED, "nseq": 2, "initial_states": True}  # seed 0 cuts row 1 at position 17 (chunk 1)
+BMM_PINNED = {**RAGGED, "nseq": 2}
+SMALL = {"batch": 1, "seqlen": 45, "chunk_size": 16, "nheads": 4, "ngroups": 2, "headdim": 8, "dstate": 16}
+CHUNK32 = {**SMALL, "chunk_size": 32}  # chunk_size 32: wider than one 16-wide block; no pinned example has it
+NORM_RMS = {"rows": 7, "ngroups": 2, "group_size": 48, "z": True, "norm_before_gate": False, "is_rms_norm": True,
+            "bias": False}  # the registry's first pinned layernorm_gated example
+NORM_LN_GATED = {"rows": 5, "ngroups": 3, "group_size": 16, "z": True, "norm_before_gate": True,
+                 "is_rms_norm": False, "bias": True}  # the registry's second pinned example
+NORM_LN_PADDED = {"rows": 5, "ngroups": 2, "group_size": 48, "z": False, "norm_before_gate": True,
+                  "is_rms_norm": False, "bias": False}  # LayerNorm whose group (48) is narrower than its block (64)
+GPU_BMM = {"batch": 2, "seqlen": 1024, "chunk_size": 128, "nheads": 8, "ngroups": 2, "headdim": 64, "dstate": 128}
+GPU_NORM = {"rows": 8192, "ngroups": 4, "group_size": 256, "z": True, "norm_before_gate": False, "is_rms_norm": True,
+            "bias": True}  # 2048 row groups of 4 rows race on one partial row
+
+CLASSES = (
+    "ragged-chunk masking", "off-by-one at a chunk boundary", "seq_idx reset", "low-precision accumulation",
+    "dropped D or z term", "wrong head-to-group mapping", "ignored initial_states", "sign of a gradient",
+    "atomics misuse", "unwritten tail", "tf32 where fp32 is required", "a block size that breaks masking",
+)
+"""The failure classes the issue asks for; every one must have a mutant (extra classes are allowed)."""
+
+MUTANTS: tuple[Mutant, ...] = (
+    # dt past seqlen is not zeroed: the padded tail of the last chunk gets clamp(0) = dt_min and enters the cumsum.
+    Mutant(
+        name="cumsum_tail_not_zeroed", failure_class="ragged-chunk masking",
+        module="kernels.chunk_cumsum", function="chunk_cumsum_fwd", op="chunk_cumsum",
+        patches=(("step = torch.where(valid[:, None], step, 0.0).permute(1, 0)", "step = step.permute(1, 0)"),),
+        problem=CUMSUM_PINNED, expect="dt_out",
+        note="positions past seqlen keep dt = dt_min instead of 0"),
+    # out[c] gets the state after chunk c instead of the state entering it (the +1 shift lost).
+    Mutant(
+        name="state_passing_shifted_store", failure_class="off-by-one at a chunk boundary",
+        module="kernels.state_passing", function="state_passing_fwd", op="state_passing",
+        patches=(("hl.store(out, [tile_b.begin, chunk + 1, tile_h.begin, tile_d]",
+                  "hl.store(out, [tile_b.begin, chunk, tile_h.begin, tile_d]"),),
+        problem=STATE_PASSING_PINNED, expect="out", config=1,
+        note="states written one chunk early; the last entering state is never written"),
+    # The decay into a chunk that starts a new packed sequence is not zeroed: state leaks across sequences.
+    Mutant(
+        name="state_passing_no_seq_reset", failure_class="seq_idx reset",
+        module="kernels.state_passing", function="state_passing_fwd", op="state_passing",
+        patches=(("decay = torch.where(seq_here == seq_before, decay, 0.0)", "decay = decay"),),
+        problem=STATE_PASSING_PINNED, expect="final_states", config=1,
+        note="row 1 starts its second sequence at position 17: chunk 1 must not see chunk 0's state"),
+    # The within-chunk cumsum of dt*A runs in fp16 (mamba-ssm keeps dA_cumsum fp32 end to end).
+    Mutant(
+        name="cumsum_in_fp16", failure_class="low-precision accumulation",
+        module="kernels.chunk_cumsum", function="chunk_cumsum_fwd", op="chunk_cumsum",
+        patches=(("torch.cumsum(decay, dim=1)", "torch.cumsum(decay.to(torch.float16), dim=1).to(torch.float32)"),),
+        problem=CUMSUM_PINNED, expect="dA_cumsum",
+        note="an fp32 op: the fp16 running sum loses ~3 digits once |dA_cumsum| > 1"),
+    # The silu(z) gate after the norm is dropped (norm_before_gate=True path).
+    Mutant(
+        name="norm_gate_dropped", failure_class="dropped D or z term",
+        module="kernels.layernorm_gated", function="layernorm_fn", op="layernorm_gated",
+        patches=(("            y = y * gate\n", "            y = y\n"),),
+        problem=NORM_LN_GATED, expect="out",
+        note="out = norm(x) instead of norm(x) * silu(z)"),
+    # Heads map to groups interleaved (h % ngroups) instead of in contiguous blocks (h // heads_per_group).
+    Mutant(
+        name="chunk_state_interleaved_groups", failure_class="wrong head-to-group mapping",
+        module="kernels.chunk_state", function="chunk_state_fwd", op="chunk_state",
+        patches=(("        group = tile_h.begin // heads_per_group\n        start = tile_c.begin * chunk_size",
+                  "        group = tile_h.begin % ngroups\n        start = tile_c.begin * chunk_size"),),
+        problem=SMALL, expect="states",
+        note="4 heads in 2 groups: heads 1 and 2 read the other group's B"),
+    # initial_states only fills out[0]; it is never carried into the recurrence.
+    Mutant(
+        name="state_passing_drops_initial_state", failure_class="ignored initial_states",
+        module="kernels.state_passing", function="state_passing_fwd", op="state_passing",
+        patches=(("            state = state + scale * start[None, :]\n", "            pass\n"),),
+        problem=STATE_PASSING_PINNED, expect="out", config=1,
+        note="out[0] is right, every later state misses exp(sum dA) * initial_state"),
+    # The normalisation's correction term in dx has the wrong sign (RMSNorm backward).
+    Mutant(
+        name="norm_bwd_dx_sign", failure_class="sign of a gradient",
+        module="kernels.layernorm_gated", function="layernorm_fn", op="layernorm_gated",
+        patches=(("dxs = (wdy - xhat * c1[:, None]) * inv[:, None]",
+                  "dxs = (wdy + xhat * c1[:, None]) * inv[:, None]"),),
+        problem=NORM_RMS, expect="grad.x", backward=True, config=0,
+        note="dx = (w*dy + xhat*c1) * rstd; forward untouched"),
+    # dw partials of all row groups accumulate into one row by a plain load + store where an atomic add is needed.
+    Mutant(
+        name="norm_bwd_racy_accumulation", failure_class="atomics misuse",
+        module="kernels.layernorm_gated", function="layernorm_fn", op="layernorm_gated",
+        patches=(("partials = torch.empty([1 if bias is None else 2, nrow_groups, n]",
+                  "partials = torch.zeros([1 if bias is None else 2, nrow_groups, n]"),
+                 ("hl.store(partials, [0, tile_p.id, idx], dw_acc, extra_mask=valid)",
+                  "hl.store(partials, [0, 0, idx], hl.load(partials, [0, 0, idx], extra_mask=valid) + dw_acc, "
+                  "extra_mask=valid)")),
+        problem=GPU_NORM, expect="grad.weight", backward=True, config=0, gpu=True,
+        extra={"cpu_problem": NORM_RMS},
+        note="exact when programs run one at a time (the interpreter); lost updates when they run concurrently"),
+    # The grid stops at the last whole chunk: the ragged last chunk of CB is never written.
+    Mutant(
+        name="bmm_last_chunk_unwritten", failure_class="unwritten tail",
+        module="kernels.bmm_chunk", function="bmm_chunk_fwd", op="bmm_chunk",
+        patches=(("hl.tile([batch, nchunks, ngroups, chunk_size, chunk_size]",
+                  "hl.tile([batch, seqlen // chunk_size, ngroups, chunk_size, chunk_size]"),),
+        problem=BMM_PINNED, expect="out",
+        note="the output is torch.empty: the gate's NaN pre-fill makes the unwritten chunk non-finite"),
+    # C B^T in TF32 (10-bit mantissa) for fp32 inputs.
+    Mutant(
+        name="bmm_tf32", failure_class="tf32 where fp32 is required",
+        module="kernels.bmm_chunk", function="bmm_chunk_fwd", op="bmm_chunk",
+        patches=(('dot_precision="ieee"', 'dot_precision="tf32"'),),
+        problem=GPU_BMM, expect="out", config=0, gpu=True, extra={"cpu_problem": RAGGED},
+        note="the Triton interpreter ignores input_precision: invisible on CPU"),
+    # The causal mask compares block-local row/column offsets: right only while one row block and one column
+    # block cover the chunk (chunk_size 16 under both CONFIGS, since Helion raises dot blocks to 16), wrong once
+    # the chunk spans several blocks (chunk_size 32 with CONFIGS[0]: 32 rows x 16 columns).
+    Mutant(
+        name="chunk_scan_block_local_causal_mask", failure_class="a block size that breaks masking",
+        module="kernels.chunk_scan", function="chunk_scan_fwd", op="chunk_scan",
+        patches=(("keep = (tile_m.index[:, None] >= tile_k.index[None, :])",
+                  "keep = ((tile_m.index - tile_m.begin)[:, None] >= (tile_k.index - tile_k.begin)[None, :])"),),
+        problem=CHUNK32, expect="out", config=0, extra={"harmless": (0, SMALL)},
+        note="future positions leak into out when a column block starts inside the chunk; the pinned "
+             "problems (chunk_size 16) cannot see it"),
+    # --- classes beyond the issue's list ---
+    # The LayerNorm variance sums the padded lanes of the block too (block_n 64 > group_size 48), each (0 - mean)^2.
+    Mutant(
+        name="norm_padded_lanes_in_variance", failure_class="padded block lanes enter a reduction",
+        module="kernels.layernorm_gated", function="layernorm_fn", op="layernorm_gated",
+        patches=(("centered = torch.where(valid[None, :], xs - mu[:, None], 0.0)", "centered = xs - mu[:, None]"),),
+        problem=NORM_LN_PADDED, expect="out",
+        note="needs LayerNorm with a group that is not a power of two: neither pinned example has one"),
+    # The forward writes its output into x (out aliases the input).
+    Mutant(
+        name="norm_writes_into_x", failure_class="clobbered input",
+        module="kernels.layernorm_gated", function="layernorm_fn", op="layernorm_gated",
+        patches=(("        out = torch.empty_like(x)\n    elif", "        out = x\n    elif"),),
+        problem=NORM_RMS, expect="input 'x' was modified in place",
+        note="output values are right; the engine's before/after comparison of the inputs catches it"),
+    # CB is accumulated into its own freshly allocated (torch.empty) output instead of being stored.
+    Mutant(
+        name="bmm_accumulates_into_empty", failure_class="uninitialised accumulator",
+        module="kernels.bmm_chunk", function="bmm_chunk_fwd", op="bmm_chunk",
+        patches=(("out[tile_b.begin, tile_c.begin, tile_g.begin, tile_i, tile_j] = acc.to(out_dtype)",
+                  "out[tile_b.begin, tile_c.begin, tile_g.begin, tile_i, tile_j] = (\n"
+                  "            out[tile_b.begin, tile_c.begin, tile_g.begin, tile_i, tile_j] + acc.to(out_dtype))"),),
+        problem=BMM_PINNED, expect="out",
+        note="often right by luck (fresh memory is often zero); the gate's NaN pre-fill makes it fail every time"),
+)
