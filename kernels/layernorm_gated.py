@@ -28,6 +28,9 @@ from kernels.chunk_cumsum import ConfigLike, launch
 MAX_FUSED_BYTES = 65536
 """Largest group held in one block, in bytes of x's dtype (mamba-ssm's limit)."""
 
+HAS_BACKWARD = True
+"""layernorm_fn/rmsnorm_fn differentiate through the Helion backward: the parity engine judges the gradients."""
+
 
 @helion.kernel(static_shapes=True)
 def layer_norm_fwd_kernel(
@@ -171,15 +174,15 @@ def layer_norm_bwd_kernel(
 
 
 CONFIGS: list[dict[str, Any]] = [
-    {"fwd": {"block_sizes": [4], "num_warps": 2}, "bwd": {"block_sizes": [8, 2], "num_warps": 2}},
+    {"fwd": {"block_sizes": [4], "num_warps": 2}, "bwd": {"block_sizes": [8, 4], "num_warps": 2}},
     {"fwd": {"block_sizes": [16], "num_warps": 4}, "bwd": {"block_sizes": [32, 8], "num_warps": 4}},
 ]
 """Explicit configs for the CPU parity tests: {"fwd": forward config, "bwd": backward config}. Forward
 block_sizes[0] = rows per program; backward block_sizes[0] = rows per row group (nrow_groups =
 ceil(M / it)), block_sizes[1] = rows processed at once inside a row group. At the test sizes (M <= 40)
 the first gives several row groups with a ragged last one, the second one or two row groups walked by a
-masked 8-row tile. (On the H200 at M=16384, group 512, bf16 the fastest seen was bwd [16, 1] with 1-4
-warps, 0.206 ms against mamba-ssm's 0.496 ms.)"""
+masked 8-row tile. (On the H200 at M=16384, group 512, bf16, the fastest seen was bwd [16, 1] with 1-4
+warps, 0.206-0.210 ms against 0.496 ms for mamba-ssm's formula.)"""
 
 
 def _split_config(config: ConfigLike | Mapping[str, Any]) -> tuple[ConfigLike, ConfigLike]:
