@@ -339,12 +339,41 @@ class LayerNormFn(torch.autograd.Function):
                 None, None, None, None, None)
 
 
+def store_bucket(group_size: int) -> str:
+    """The config-store shape bucket of a call: configs are promoted per group size."""
+    return f"gs{group_size}"
+
+
+def _promoted(x: torch.Tensor, group_size: int | None) -> Mapping[str, Any] | None:
+    """The config promoted for this GPU, dtype and group size (parity.store; never autotunes). None on
+    CPU or without an entry: then each kernel runs its default config (the store warns once)."""
+    if x.device.type != "cuda":
+        return None
+    from parity.store import promoted_config
+
+    return promoted_config("layernorm_gated", f"{__name__}:layernorm_fn", str(x.dtype).removeprefix("torch."),
+                           store_bucket(group_size or x.shape[-1]), "cuda")
+
+
+def tuning_configs(inputs: Mapping[str, Any], count: int) -> list[dict[str, Any]]:
+    """Candidates for ``parity tune``: the backward's rows per row group (nrow_groups = ceil(M / rows), the
+    knob mamba-ssm derives from the SM count), its inner row step and warps, first ``count`` of the grid
+    in a fixed order (largest-effect knob varying fastest). The forward keeps its default config."""
+    rows = [16, 32, 8, 64, 128, 256, 4, 1024]
+    grid = [{"bwd": {"block_sizes": [r, step], "num_warps": w}}
+            for w in (2, 4, 1) for step in (1, 2) for r in rows]
+    return grid[:count]
+
+
 def layernorm_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None = None,
                  eps: float = 1e-6, group_size: int | None = None, norm_before_gate: bool = True,
                  is_rms_norm: bool = False, *, config: Mapping[str, Any] | None = None) -> torch.Tensor:
     """Gated LayerNorm (or RMSNorm) over the last dimension, in groups of ``group_size``: norm(x) * silu(z)
     if norm_before_gate, else norm(x * silu(z)); output in x.dtype and x's shape. ``config`` is
-    {"fwd": ..., "bwd": ...} (either may be missing: the kernel's default config)."""
+    {"fwd": ..., "bwd": ...} (either may be missing: the kernel's default config); None means the config
+    promoted to the store for this GPU (see :func:`_promoted`)."""
+    if config is None:
+        config = _promoted(x, group_size)
     return LayerNormFn.apply(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm, config)
 
 
@@ -352,4 +381,4 @@ def rmsnorm_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                eps: float = 1e-6, group_size: int | None = None, norm_before_gate: bool = True, *,
                config: Mapping[str, Any] | None = None) -> torch.Tensor:
     """Gated RMSNorm: :func:`layernorm_fn` with ``is_rms_norm=True``."""
-    return LayerNormFn.apply(x, weight, bias, z, eps, group_size, norm_before_gate, True, config)
+    return layernorm_fn(x, weight, bias, z, eps, group_size, norm_before_gate, True, config=config)

@@ -190,6 +190,9 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
     for det in result.determinism:
         console.print(f"determinism {det['dtype']}: bitwise identical={det['bitwise_identical']} "
                       f"spread={det['max_spread']:.3e} ok={det['ok']}", markup=False)
+    for timing in result.timing:
+        console.print(f"time {timing['dtype']} fwd+bwd: candidate {timing.get('candidate_ms', float('nan')):.4f} ms, "
+                      f"baseline {timing.get('baseline_ms', float('nan')):.4f} ms", markup=False)
     for note in result.skipped:
         console.print(f"not run: {note}", markup=False)
     evidence = result.evidence()

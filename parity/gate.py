@@ -44,6 +44,7 @@ class GateReport:
     cases: list[CaseResult] = field(default_factory=list)
     determinism: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    timing: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -63,6 +64,7 @@ class GateReport:
             "worst_max_abs": worst,
             "determinism": self.determinism,
             "skipped": self.skipped,
+            "timing": self.timing,
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         }
 
@@ -85,6 +87,20 @@ def _determinism(spec: OpSpec, impl: Impl, problem: Mapping[str, Any], dtype: to
     ok = not first.errors and (identical or spec.nondeterministic)
     return {"problem": dict(problem), "dtype": dtype_name(dtype), "reruns": reruns, "bitwise_identical": identical,
             "max_spread": spread, "ok": ok}
+
+
+def _timing(spec: OpSpec, impl: Impl, problem: Mapping[str, Any], dtype: torch.dtype) -> dict[str, Any]:
+    """Forward+backward median ms of the candidate and of the baseline on one training problem (CUDA)."""
+    from parity.tune import cuda_timer, training_step
+
+    inputs = spec.make_inputs(problem, dtype, 0, torch.device("cuda"))
+    found: dict[str, Any] = {"problem": dict(problem), "dtype": dtype_name(dtype)}
+    for label, which in (("candidate_ms", impl), ("baseline_ms", spec.baseline)):
+        if which is not None:
+            step = training_step(spec, which, inputs)
+            step()
+            found[label] = cuda_timer(step)
+    return found
 
 
 def preflight(spec: OpSpec, impl: Impl, dtype: torch.dtype, device: str) -> None:
@@ -128,6 +144,7 @@ def gate(spec: OpSpec, impl: Impl, device: str, profile: Profile, tolerances: To
                 for result in run_problem(spec, [impl], problem, dtype, 0, device, tolerances,
                                           poison=("nan", "garbage")):
                     record(result)
+                report.timing.append(_timing(spec, impl, problem, dtype))
             else:
                 report.skipped.append(f"training problem {json.dumps(problem)} ({dtype_name(dtype)}): "
                                       "too large for the CPU interpreter")

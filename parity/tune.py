@@ -29,6 +29,23 @@ def cuda_timer(fn: Callable[[], Any]) -> float:
     return float(do_bench(fn, return_mode="median"))
 
 
+def training_step(spec: OpSpec, impl: Impl, inputs: Mapping[str, Any]) -> Callable[[], None]:
+    """What training runs: the forward, and the backward too when the implementation has one."""
+    fn = impl.load()
+    names = [n for n in spec.grad_inputs if isinstance(inputs.get(n), torch.Tensor)] if impl.backward else []
+    args = {k: (v.detach().clone().requires_grad_(True) if k in names else v) for k, v in inputs.items()}
+
+    def step() -> None:
+        out = fn(**args)
+        outs = [o for o in (out if isinstance(out, tuple | list) else (out,))
+                if isinstance(o, torch.Tensor) and o.requires_grad]
+        if names and outs:
+            torch.autograd.grad(outs, [args[n] for n in names], [torch.ones_like(o) for o in outs],
+                                allow_unused=True)
+
+    return step
+
+
 @dataclass
 class Trial:
     """One candidate config: its time, and the verdict if it was judged."""
@@ -47,10 +64,10 @@ def tune(spec: OpSpec, base: Impl, problem: Problem, dtype: torch.dtype, device:
     trials: list[Trial] = []
     for config in configs:
         trial = Trial(dict(config))
-        fn = dataclasses.replace(base, config=trial.config).load()
+        step = training_step(spec, dataclasses.replace(base, config=trial.config), inputs)
         try:
-            fn(**inputs)  # compile outside the timed region
-            trial.ms = timer(lambda fn=fn: fn(**inputs))
+            step()  # compile outside the timed region
+            trial.ms = timer(step)
         except Exception as exc:  # a config that does not compile or run is discarded, with the reason
             trial.error = f"{type(exc).__name__}: {str(exc)[:300]}"
         trials.append(trial)

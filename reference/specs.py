@@ -386,6 +386,12 @@ for _name, (_fn, _inputs, _outputs, _grads, _features) in SSD_OPS.items():
         **_impls(_name, _fn),
     ))
 
+def _norm_tuning_configs(inputs: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    from kernels.layernorm_gated import tuning_configs
+
+    return tuning_configs(inputs, count)
+
+
 register(OpSpec(
     name="layernorm_gated",
     make_inputs=norm_inputs,
@@ -401,8 +407,8 @@ register(OpSpec(
     # Nemotron-3-Nano's gated norm: (b*L, h*p) rows, one group per B/C group.
     training_problems=({"rows": 16384, "ngroups": 8, "group_size": 512, "z": True, "norm_before_gate": False,
                         "is_rms_norm": True, "bias": False},),
-    bucket=lambda p: f"gs{p['group_size']}",
+    bucket=lambda p: f"gs{p['group_size']}",  # = kernels.layernorm_gated.store_bucket
     relayout_inputs=("x", "z"),
-    extra={"flops": lambda p: 0.0},
+    extra={"flops": lambda p: 0.0, "tuning_configs": _norm_tuning_configs},
     **_impls("layernorm_gated", "layernorm_fn"),
 ))

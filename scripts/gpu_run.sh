@@ -17,15 +17,25 @@ status=0
 for step in $steps; do
   case $step in
     tests)   # GPU-marked tests at realistic shapes (Nemotron mixer shape included)
-      python3 -m pytest -p no:cacheprovider -m gpu --parity-device cuda -q -rA --junitxml="$OUT/gpu-tests.xml" \
+      timeout "${TESTS_TIMEOUT:-900}" python3 -m pytest -p no:cacheprovider -m gpu --parity-device cuda -q -rA \
         2>&1 | tee "$OUT/gpu-tests.log" || status=1 ;;
     parity)  # every registered op and implementation, compiled, gpu hypothesis profile, all dtypes
       python3 -m parity check --device cuda --profile gpu --examples "${PARITY_EXAMPLES:-6}" \
         --json "$OUT/parity-cuda.json" 2>&1 | tee "$OUT/parity-cuda.log" || status=1 ;;
     bench)
-      python3 bench/bench.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" || status=1 ;;
+      timeout "${BENCH_TIMEOUT:-900}" python3 bench/bench.py --json "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 \
+        | tee "$OUT/bench.log" || status=1 ;;
     gate)
       python3 bench/gate_speed.py --json "$OUT/gate-speed.json" 2>&1 | tee "$OUT/gate-speed.log" || status=1 ;;
+    e2e)     # tune the gated RMSNorm backward, gate + promote the fastest passing config, load it in training
+      { python3 -m parity tune layernorm_gated --device cuda --trials "${TUNE_TRIALS:-12}" --keep 2 \
+          --out "$OUT/tuned" --shape '{"rows": 16384, "ngroups": 8, "group_size": 512, "z": true,
+          "norm_before_gate": false, "is_rms_norm": true, "bias": false}' \
+        && python3 -m parity promote layernorm_gated --device cuda --config "$OUT/tuned/layernorm_gated-0.json" \
+          --dtype bfloat16 --examples "${GATE_EXAMPLES:-8}" \
+        && python3 bench/train_step.py; } 2>&1 | tee "$OUT/e2e.log" || status=1
+      cp configs/*/layernorm_gated.json "$OUT/store-layernorm_gated.json" 2>/dev/null
+      rm -rf "$OUT/tuned" ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
 done
