@@ -81,7 +81,7 @@ def chunk_state_varlen_kernel(
     chunk_states[c] is added when the sequence began before chunk c. An empty sequence gets zeros.
     dt and dA_cumsum come flattened over (chunk, position), so that every data-dependent index is a single
     tensor (Helion 1.5 fails to lower a load indexed by two 0-dim tensors)."""
-    total, nheads, headdim = x.shape
+    nheads, headdim = x.shape[1], x.shape[2]
     ngroups, dstate = B.shape[1], B.shape[2]
     chunk_size = hl.specialize(chunk_size)
     nseq = cu_seqlens.size(0) - 1

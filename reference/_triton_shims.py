@@ -3,14 +3,15 @@ on CPU in the Triton interpreter (``TRITON_INTERPRET=1``), plus :func:`load_mamb
 imports ``mamba_ssm.ops.triton.<name>`` without running ``mamba_ssm/__init__.py``.
 
 Every shim fixes one defect that a minimal kernel shows (``tests/test_triton_shims.py`` runs each one
-without and with its shim). Checked on triton 3.6.0 with torch 2.13.0+cpu:
+without and with its shim). Checked on triton 3.6.0 with torch 2.13.0+cpu and numpy 2.4.6:
 
 - ``torch_cuda_device``: ``with torch.cuda.device(None)`` raises ``TypeError`` in a CPU-only torch (mamba
   passes ``x.device.index``, None for a CPU tensor). Fix: None or a negative index is a no-op, as
   torch documents. Condition: torch has no CUDA.
 - ``cuda_device_properties``: ``torch.cuda.get_device_properties(cpu device)`` raises ``AssertionError``
-  (mamba reads ``multi_processor_count`` for its split heuristics). Fix: a CPU device reports
-  :data:`CPU_SM_COUNT` SMs. Condition: torch has no CUDA.
+  in a CPU-only torch (a CUDA torch raises ``ValueError`` for a CPU device); mamba reads
+  ``multi_processor_count`` for its split heuristics. Fix: a CPU device reports :data:`CPU_SM_COUNT`
+  SMs; other devices go to torch. Condition: the interpreter is on.
 - ``tensor_index``: the interpreter's ``tensor.__index__`` is ``int(handle.data)`` on a 1-element array,
   which numpy 2.4 rejects (``TypeError: only 0-dimensional arrays can be converted to Python scalars``);
   mamba's kernels hit it in ``range(0, chunk_size_limit, BLOCK_SIZE_K)``. Fix: ``int(data.item())``.
@@ -35,7 +36,8 @@ without and with its shim). Checked on triton 3.6.0 with torch 2.13.0+cpu:
 fp16 needs no shim: fp16 arithmetic, ``tl.dot`` and fp32 -> fp16 casts are correct in the interpreter.
 
 Guards: each interpreter shim is applied only on the triton versions it was verified on
-(:data:`VERIFIED_TRITON`); the torch shims only where torch has no CUDA. :func:`install` does nothing
+(:data:`VERIFIED_TRITON`); ``torch_cuda_device`` only where torch has no CUDA; the patched functions
+leave CUDA devices to torch. :func:`install` does nothing
 unless the interpreter is enabled, and it is idempotent. On an unverified triton it warns and skips the
 interpreter shims; :func:`bf16_ready` then says False, and callers must refuse bf16 on CPU.
 
@@ -79,6 +81,7 @@ MAMBA_PACKAGES = ("mamba_ssm", "mamba_ssm.ops", "mamba_ssm.ops.triton", "mamba_s
 
 _MARK = "__parity_shim__"
 _installed: set[str] = set()
+_warned: list[bool] = []  # non-empty once install() warned about an unverified triton
 
 
 @dataclass(frozen=True)
@@ -118,7 +121,7 @@ def _replace(owner: Any, attr: str, new: Any, shim: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# torch.cuda on a CPU-only torch
+# torch.cuda for CPU tensors
 
 
 def _patch_torch_cuda_device() -> None:
@@ -489,8 +492,8 @@ def _patch_libdevice() -> None:
 SHIMS: tuple[Shim, ...] = (
     Shim("torch_cuda_device", "torch.cuda.device(None) raises TypeError in a torch without CUDA",
          _torch_without_cuda, _patch_torch_cuda_device),
-    Shim("cuda_device_properties", "torch.cuda.get_device_properties raises in a torch without CUDA",
-         _torch_without_cuda, _patch_device_properties),
+    Shim("cuda_device_properties", "torch.cuda.get_device_properties raises for a CPU device",
+         interpreting, _patch_device_properties),
     Shim("tensor_index", "tensor.__index__ calls int() on a 1-element array, which numpy >= 2.4 rejects",
          lambda: _verified_triton() and _numpy_rejects_int_of_1d(), _patch_tensor_index),
     Shim("autotune_without_benchmark", "autotune with >1 config fails in the interpreter (0 active drivers)",
@@ -516,10 +519,12 @@ def install() -> tuple[str, ...]:
         if shim.applies():
             shim.patch()
             _installed.add(shim.name)
-        elif interpreting() and not _verified_triton() and shim.applies is not _torch_without_cuda:
+        elif not _verified_triton() and shim.applies not in (_torch_without_cuda, interpreting):
             skipped.append(shim.name)
-    if skipped:
+    if skipped and not _warned:
         import triton
+
+        _warned.append(True)
 
         warnings.warn(f"triton {triton.__version__} is not among the versions the interpreter shims were "
                       f"verified on ({', '.join(sorted(VERIFIED_TRITON))}); not applied: {', '.join(skipped)}",

@@ -28,9 +28,11 @@ def chunk_scan_fwd(
                + D x[m]
 
     out_x = y and out = y * silu(z) with z; out = y and out_x = None without. The exponent of the
-    intra-chunk decay is clamped to <= 0 as in the kernel. seq_idx only zeroes the inter-chunk term at
-    positions whose seq_idx differs from that of the previous chunk's last position (0 before chunk 0);
-    cb is used as given (mamba-ssm's bmm already zeroed entries across sequences)."""
+    intra-chunk decay is clamped to <= 0 as in the kernel. seq_idx zeroes the inter-chunk term at
+    positions whose seq_idx differs from that of the previous chunk's last position (0 before chunk 0).
+    cb must already be zero across sequences (mamba-ssm's bmm_chunk makes it so and its chunk_scan kernel
+    relies on it); the reference masks it again, which changes no output on such inputs and gives cb the
+    gradient mamba-ssm's dcb kernel computes (zero across sequences)."""
     batch, seqlen, nheads, headdim = x.shape
     _, _, nchunks, chunk_size = dt.shape
     ngroups = C.shape[2]
@@ -55,6 +57,8 @@ def chunk_scan_fwd(
     decay = torch.exp(torch.clamp(dA[..., :, None] - dA[..., None, :], max=0.0))  # (b, h, c, m, k)
     causal = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=x.device).tril()
     weights = cb.to(dtype).repeat_interleave(ratio, dim=2).transpose(1, 2) * decay * dt.to(dtype)[..., None, :]
+    if seq_idx is not None:
+        causal = causal & (seq[:, :, :, None] == seq[:, :, None, :])[:, None]  # (b, 1, c, m, k)
     weights = torch.where(causal, weights, 0.0)
     y = y + torch.einsum("bhcmk,bckhp->bcmhp", weights, xc)
 

@@ -136,13 +136,23 @@ def caught_by(result: CaseResult, expect: str) -> str | None:
     """How the expected check rejects ``result`` (worst error vs bound, or the error), None if it does not."""
     for q in result.quantities:
         if q.name == expect and not q.passed:
-            c = q.candidate
-            nan = f", {c.nan} NaN" if c.nan else ""
-            return f"{q.name} max_abs {c.max_abs:.3e} > bound {q.bound:.3e}{nan}"
+            return describe(result, expect)
     for error in result.errors:
         if expect in error:
             return error
     return None
+
+
+def describe(result: CaseResult, name: str) -> str:
+    """The numbers behind the verdict on quantity ``name``: worst error, bound, baseline error, NaNs."""
+    for q in result.quantities:
+        if q.name == name:
+            c = q.candidate
+            op = ">" if not q.passed else "<="
+            base = f", baseline err {q.baseline.max_abs:.3e}" if q.baseline else ""
+            nan = f", {c.nan} NaN" if c.nan else ""
+            return f"{q.name} max_abs {c.max_abs:.3e} {op} bound {q.bound:.3e}{base}{nan}"
+    return f"{name}: not compared ({'; '.join(result.errors) or 'no such quantity'})"
 
 
 def _params(select: Any, gpu_marks: bool = True) -> list[Any]:
@@ -205,7 +215,7 @@ def test_gate_rejects_mutant(mutant, parity_device, parity_tolerances):
                     + control.message())
     evidence = caught_by(result, mutant.expect)
     if result.passed:
-        SUMMARY.record(mutant, "FOOLED", f"passed ({bound_kind})")
+        SUMMARY.record(mutant, "FOOLED", f"passes: {describe(result, mutant.expect)} ({bound_kind})")
         pytest.fail(f"GATE FOOLED: mutant {mutant.name} ({mutant.failure_class}) passes:\n{result.message()}")
     if evidence is None:
         SUMMARY.record(mutant, "WRONG", "rejected, but not by " + mutant.expect)

@@ -15,8 +15,9 @@ import torch
 
 from reference import mamba_triton, specs
 
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                reason="CPU smoke tests (Triton interpreter); GPU runs are covered by tests/test_gpu.py")
+pytestmark = pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1",
+    reason="CPU smoke tests (Triton interpreter); on CUDA the adapters are exercised by tests/test_gpu.py")
 
 TINY = {"batch": 1, "seqlen": 21, "chunk_size": 16, "nheads": 4, "ngroups": 2, "headdim": 8, "dstate": 16,
         "D": "hp", "z": True, "dt_bias": True, "dt_softplus": True, "dt_limit": [0.001, 0.1], "nseq": 2,
@@ -144,3 +145,10 @@ def test_every_raw_wrapper_resolves() -> None:
             assert getattr(mamba_triton, name).__name__ == name
     with pytest.raises(AttributeError):
         _ = mamba_triton._not_a_wrapper
+
+
+def test_rmsnorm_fn_is_layernorm_fn_with_rms() -> None:
+    inputs = specs.norm_inputs({**NORM, "bias": False}, F32, 0, CPU)
+    inputs.pop("is_rms_norm")
+    out = mamba_triton.rmsnorm_fn(**inputs)
+    torch.testing.assert_close(out, mamba_triton.layernorm_fn(**inputs, is_rms_norm=True), rtol=0, atol=0)

@@ -36,13 +36,14 @@ CLASSES = (
 """The failure classes the issue asks for; every one must have a mutant (extra classes are allowed)."""
 
 MUTANTS: tuple[Mutant, ...] = (
-    # dt past seqlen is not zeroed: the padded tail of the last chunk gets clamp(0) = dt_min and enters the cumsum.
+    # dt past seqlen is not zeroed: the padded tail of the last chunk gets clamp(softplus(dt_bias)) and enters the
+    # cumsum.
     Mutant(
         name="cumsum_tail_not_zeroed", failure_class="ragged-chunk masking",
         module="kernels.chunk_cumsum", function="chunk_cumsum_fwd", op="chunk_cumsum",
         patches=(("step = torch.where(valid[:, None], step, 0.0).permute(1, 0)", "step = step.permute(1, 0)"),),
         problem=CUMSUM_PINNED, expect="dt_out",
-        note="positions past seqlen keep dt = dt_min instead of 0"),
+        note="positions past seqlen keep dt = clamp(softplus(0 + dt_bias)) instead of 0"),
     # out[c] gets the state after chunk c instead of the state entering it (the +1 shift lost).
     Mutant(
         name="state_passing_shifted_store", failure_class="off-by-one at a chunk boundary",
