@@ -3,18 +3,25 @@ nothing is written to the store."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from parity.cli import main
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def parity(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "parity", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+def parity(*args: str) -> subprocess.CompletedProcess:
+    """``parity ARGS`` in this process (the registry is loaded once; the plugin set the device)."""
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+        code = main(list(args))
+    return subprocess.CompletedProcess(args, code, "", stderr.getvalue())
 
 
 def _one_line_error(proc: subprocess.CompletedProcess, needle: str) -> None:
@@ -22,6 +29,12 @@ def _one_line_error(proc: subprocess.CompletedProcess, needle: str) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert needle in lines[0], lines[0]
+
+
+def test_a_user_error_in_a_fresh_process_prints_no_traceback():
+    proc = subprocess.run([sys.executable, "-m", "parity", "check", "--op", "no_such_op"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    _one_line_error(proc, "unknown op 'no_such_op'")
 
 
 @pytest.mark.parametrize(("args", "needle"), [
