@@ -110,9 +110,11 @@ def preflight(spec: OpSpec, impl: Impl, dtype: torch.dtype, device: str) -> None
     if not problems:
         return
     problem = min(problems, key=lambda p: sum(v for v in p.values() if type(v) is int))
+    from parity.tune import training_step
+
     inputs = spec.make_inputs(problem, dtype, 0, torch.device(device))
     try:
-        impl.load()(**inputs)
+        training_step(spec, impl, inputs)()
     except ParityError:
         raise
     except Exception as exc:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from parity.compare import ErrorStats, bound, error_stats
+from parity.errors import ParityError
 from parity.poison import poisoned
 from parity.spec import Impl, OpSpec, Problem, dtype_name
 from parity.tolerances import Tolerance, Tolerances
@@ -243,6 +244,16 @@ def _compare(spec: OpSpec, dtype: str, tolerances: Tolerances, oracle: Run, run:
     return results, errors
 
 
+def check_inputs(spec: OpSpec, problem: Problem, inputs: Mapping[str, Any]) -> None:
+    """Non-finite inputs make every comparison meaningless: refuse them with an error naming the input."""
+    for name, value in inputs.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            bad = int((~torch.isfinite(value)).sum())
+            if bad:
+                raise ParityError(f"{spec.name}: input {name!r} has {bad} NaN/Inf values "
+                                  f"(problem {json.dumps(dict(problem))}); inputs must be finite")
+
+
 _SHARED: dict[tuple, tuple[Run, Run | None]] = {}
 _SHARED_LIMIT = 64
 
@@ -271,6 +282,7 @@ def run_problem(spec: OpSpec, impls: Sequence[Impl], problem: Problem, dtype: to
     dev = torch.device(device)
     inputs = spec.make_inputs(problem, dtype, seed, dev)
     inputs = {k: relayout(v, layout) if k in relayout_inputs else v for k, v in inputs.items()}
+    check_inputs(spec, problem, inputs)
     upstream = _upstream_grads(seed) if backward and spec.grad_inputs else None
     key = (spec.name, json.dumps(problem, sort_keys=True), str(dtype), seed, device, upstream is not None,
            layout, tuple(relayout_inputs))

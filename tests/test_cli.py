@@ -72,3 +72,12 @@ def test_malformed_tolerances_file_is_named(tmp_path):
                           capture_output=True, text=True, timeout=300,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     _one_line_error(proc, "tolerances.toml: malformed TOML")
+
+
+def test_a_config_that_does_not_compile_is_a_one_line_error(tmp_path):
+    config = tmp_path / "bad.json"
+    config.write_text('{"bwd": {"block_sizes": [16, 1], "num_warpz": 4}}')
+    store = tmp_path / "store"
+    _one_line_error(parity("promote", "layernorm_gated", "--config", str(config), "--store", str(store)),
+                    "does not compile or run")
+    assert not store.exists()

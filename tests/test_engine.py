@@ -137,3 +137,18 @@ def test_layouts_reach_the_implementation_and_are_checked(layout):
                            layout=layout, relayout_inputs=("x",))
     assert not result.passed
     assert (False, 0) in seen if layout == "strided" else (True, 1) in seen
+
+
+def test_nan_in_the_inputs_is_a_clear_error():
+    from parity.errors import ParityError
+
+    def nan_inputs(p, dtype, seed, device):
+        inputs = make_inputs(p, dtype, seed, device)
+        inputs["x"][0, 0] = float("nan")
+        return inputs
+
+    import dataclasses
+
+    s = dataclasses.replace(spec(reference), make_inputs=nan_inputs)
+    with pytest.raises(ParityError, match="input 'x' has 1 NaN/Inf values"):
+        run_problem(s, [s.impl("reference")], RAGGED, torch.float32, 0, "cpu", TOLS)
