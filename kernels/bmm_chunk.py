@@ -91,3 +91,7 @@ def bmm_chunk_fwd(a: torch.Tensor, b: torch.Tensor, chunk_size: int, seq_idx: to
     returns the full product everywhere."""
     out = launch(bmm_chunk_kernel, bmm_chunk_args(a, b, chunk_size, seq_idx, causal, output_dtype), config)
     return out if a.dim() == 4 else out.squeeze(2)
+
+
+HAS_BACKWARD = False
+"""Forward only: the parity engine judges this port's outputs, not its gradients (no Helion backward yet)."""

@@ -125,3 +125,7 @@ def chunk_cumsum_fwd(dt: torch.Tensor, A: torch.Tensor, chunk_size: int, dt_bias
     dt_out = clamp(softplus?(dt + dt_bias), *dt_limit) (softplus only where the argument is <= 20), zero
     past seqlen; dA_cumsum = cumsum of dt_out * A within each chunk."""
     return launch(chunk_cumsum_kernel, chunk_cumsum_args(dt, A, chunk_size, dt_bias, dt_softplus, dt_limit), config)
+
+
+HAS_BACKWARD = False
+"""Forward only: the parity engine judges this port's outputs, not its gradients (no Helion backward yet)."""

@@ -148,3 +148,7 @@ def chunk_scan_fwd(cb: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsu
     nchunks, nheads, headdim, dstate) entering each chunk, D (nheads,) or (nheads, headdim), z like x ->
     (out, out_x) in x.dtype: out = y * silu(z) and out_x = y with z, out = y and out_x = None without."""
     return launch(chunk_scan_kernel, chunk_scan_args(cb, x, dt, dA_cumsum, C, states, D, z, seq_idx), config)
+
+
+HAS_BACKWARD = False
+"""Forward only: the parity engine judges this port's outputs, not its gradients (no Helion backward yet)."""

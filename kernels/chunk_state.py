@@ -191,3 +191,7 @@ def chunk_state_varlen(B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cu
     mamba-ssm reads out of bounds)."""
     args = chunk_state_varlen_args(B, x, dt, dA_cumsum, cu_seqlens, chunk_states)
     return launch(chunk_state_varlen_kernel, args, config)
+
+
+HAS_BACKWARD = False
+"""Forward only: the parity engine judges this port's outputs, not its gradients (no Helion backward yet)."""

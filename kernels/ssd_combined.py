@@ -109,3 +109,7 @@ def mamba_chunk_scan_combined(
         results += (chunk_state.chunk_state_varlen(B[0], x[0], dt_out[0], dA_cumsum[0], cu_seqlens, states[0],
                                                    config=configs["chunk_state_varlen"]),)
     return results[0] if len(results) == 1 else results
+
+
+HAS_BACKWARD = False
+"""Forward only: the parity engine judges this port's outputs, not its gradients (no Helion backward yet)."""

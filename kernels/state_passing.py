@@ -121,3 +121,7 @@ def state_passing_fwd(states: torch.Tensor, dA_chunk_cumsum: torch.Tensor, initi
     chunk, as in mamba-ssm."""
     args = state_passing_args(states, dA_chunk_cumsum, initial_states, seq_idx, chunk_size, out_dtype)
     return launch(state_passing_kernel, args, config)
+
+
+HAS_BACKWARD = False
+"""Forward only: the parity engine judges this port's outputs, not its gradients (no Helion backward yet)."""

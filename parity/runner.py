@@ -284,8 +284,8 @@ def run_problem(spec: OpSpec, impls: Sequence[Impl], problem: Problem, dtype: to
     inputs = {k: relayout(v, layout) if k in relayout_inputs else v for k, v in inputs.items()}
     check_inputs(spec, problem, inputs)
     upstream = _upstream_grads(seed) if backward and spec.grad_inputs else None
-    key = (spec.name, json.dumps(problem, sort_keys=True), str(dtype), seed, device, upstream is not None,
-           layout, tuple(relayout_inputs))
+    key = (spec.name, repr(spec.reference), repr(spec.baseline), json.dumps(problem, sort_keys=True), str(dtype),
+           seed, device, upstream is not None, layout, tuple(relayout_inputs))
     oracle, base_run = _SHARED.get(key, (None, None))
     if oracle is None:
         oracle = execute(spec, spec.reference.load(), {k: _upcast(v) for k, v in inputs.items()}, upstream)

@@ -297,8 +297,9 @@ def norm_inputs(p: Problem, dtype: torch.dtype, seed: int, device: torch.device)
 
 def _helion_candidates(op_module: str, function: str, count: int) -> tuple[Impl, ...]:
     """The Helion kernel with its default config and with each of its first ``count`` CONFIGS
-    (none while the op has no Helion port yet; a port that fails to import is an error). A port
-    whose module sets ``HAS_BACKWARD = False`` is judged forward only."""
+    (none while the op has no Helion port yet; a port that fails to import is an error). Only a port
+    whose module says ``HAS_BACKWARD = False`` is judged forward only (a missing flag means backward is
+    judged, so forgetting it cannot hide a gradient bug)."""
     import importlib
     import importlib.util
 
@@ -306,7 +307,7 @@ def _helion_candidates(op_module: str, function: str, count: int) -> tuple[Impl,
     if importlib.util.find_spec(module) is None:
         return ()
     loaded = importlib.import_module(module)
-    target, backward = f"{module}:{function}", bool(getattr(loaded, "HAS_BACKWARD", False))
+    target, backward = f"{module}:{function}", bool(getattr(loaded, "HAS_BACKWARD", True))
     configs = loaded.CONFIGS[:count]
     return (Impl("helion", target, backward=backward),
             *(Impl(f"helion-cfg{i}", target, config=c, backward=backward) for i, c in enumerate(configs)))
@@ -321,14 +322,15 @@ def _impls(op_module: str, function: str) -> dict[str, Any]:
 
 
 RAGGED = {"batch": 2, "seqlen": 37, "chunk_size": 16, "nheads": 4, "ngroups": 2, "headdim": 8, "dstate": 16}
-SHORT = {"batch": 1, "seqlen": 5, "chunk_size": 16, "nheads": 2, "ngroups": 1, "headdim": 8, "dstate": 16}
+SHORT = {"batch": 1, "seqlen": 21, "chunk_size": 32, "nheads": 2, "ngroups": 1, "headdim": 8, "dstate": 16}
 ONE = {"batch": 1, "seqlen": 1, "chunk_size": 16, "nheads": 2, "ngroups": 2, "headdim": 16, "dstate": 16}
 ALL_ON = {"D": "hp", "z": True, "dt_bias": True, "dt_softplus": True, "dt_limit": [0.001, 0.1], "nseq": 2,
           "initial_states": True}
 
 
 def _ssd_examples(features: tuple[str, ...]) -> tuple[dict[str, Any], ...]:
-    """Pinned problems: ragged + every feature, shorter than a chunk, and a single token."""
+    """Pinned problems: ragged + every feature, shorter than a chunk (of 32, two blocks of 16: a block-local
+    mask shows), and a single token."""
     keys = {"D": ("D",), "z": ("z",), "dt_bias": ("dt_bias",), "dt_softplus": ("dt_softplus",),
             "dt_limit": ("dt_limit",), "seq_idx": ("nseq",), "initial_states": ("initial_states",)}
     on = {k: ALL_ON[k] for f in features for k in keys[f]}
@@ -401,7 +403,8 @@ register(OpSpec(
     examples=(
         {"rows": 7, "ngroups": 2, "group_size": 48, "z": True, "norm_before_gate": False, "is_rms_norm": True,
          "bias": False},
-        {"rows": 5, "ngroups": 3, "group_size": 16, "z": True, "norm_before_gate": True, "is_rms_norm": False,
+        # LayerNorm over a group that is not a power of two: padded lanes must stay out of the statistics.
+        {"rows": 5, "ngroups": 3, "group_size": 24, "z": True, "norm_before_gate": True, "is_rms_norm": False,
          "bias": True},
     ),
     # Nemotron-3-Nano's gated norm: (b*L, h*p) rows, one group per B/C group.
