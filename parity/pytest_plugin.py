@@ -75,6 +75,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 if not profile.wants(dtype_name(dtype)):
                     continue
                 marks = [pytest.mark.gpu] if on_gpu else []
+                marks.append(pytest.mark.xdist_group(name))  # one process per op shares its oracle runs
                 case = ParityCase(spec, impl, dtype_name(dtype))
                 params.append(pytest.param(case, id=f"{name}-{impl.name}-{case.dtype_name}", marks=marks))
     metafunc.parametrize("parity_case", params)

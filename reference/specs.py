@@ -384,7 +384,9 @@ for _name, (_fn, _inputs, _outputs, _grads, _features) in SSD_OPS.items():
         nondeterministic=True,  # mamba-ssm's backward accumulates with atomics
         bucket=ssd_bucket,
         relayout_inputs=("x", "dt", "B", "C", "z") if _name == "ssd_combined" else (),
-        extra={"flops": SSD_FLOPS[_name]},
+        # The combined op interprets five kernels forward and backward: on CPU one generated problem on
+        # top of the three pinned ones keeps the suite within its 10 minutes.
+        extra={"flops": SSD_FLOPS[_name], "max_examples": {"ci": 1} if _name == "ssd_combined" else {}},
         **_impls(_name, _fn),
     ))
 

@@ -17,7 +17,7 @@ status=0
 for step in $steps; do
   case $step in
     tests)   # GPU-marked tests at realistic shapes (Nemotron mixer shape included)
-      timeout "${TESTS_TIMEOUT:-900}" python3 -m pytest -p no:cacheprovider -m gpu --parity-device cuda -q -rA \
+      timeout "${TESTS_TIMEOUT:-900}" python3 -m pytest -n 0 -p no:cacheprovider -m gpu --parity-device cuda -q -rA \
         2>&1 | tee "$OUT/gpu-tests.log" || status=1 ;;
     parity)  # every registered op and implementation, compiled, gpu hypothesis profile, all dtypes
       python3 -m parity check --device cuda --profile gpu --examples "${PARITY_EXAMPLES:-6}" \
