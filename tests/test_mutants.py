@@ -238,7 +238,7 @@ def test_gpu_only_mutant_is_invisible_on_cpu(mutant, parity_device, parity_toler
     """Why these mutants are GPU-only: under the Triton interpreter they pass (TF32 ignored, programs run one
     after another). If this starts failing, the interpreter can see the bug: run the mutant on CPU instead."""
     if parity_device != "cpu":
-        pytest.skip("checks the CPU interpreter")
+        pytest.skip("shows the mutant is invisible to the CPU interpreter; on CUDA test_gate_rejects_mutant judges it")
     control, result, _ = judge(mutant, mutant.config, mutant.extra["cpu_problem"], parity_device, parity_tolerances)
     assert control.passed, control.message()
     assert result.passed, f"{mutant.name} is visible on CPU after all:\n{result.message()}"
