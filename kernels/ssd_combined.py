@@ -1,6 +1,8 @@
-"""The Mamba-2 chunked SSD forward (mamba-ssm's ``mamba_chunk_scan_combined``) chained from the Helion
-kernels of its five ops, in mamba-ssm's order and with its intermediate dtypes:
-chunk_cumsum -> chunk_state -> state_passing -> bmm_chunk -> chunk_scan (+ chunk_state_varlen)."""
+"""The Mamba-2 chunked SSD (mamba-ssm's ``mamba_chunk_scan_combined``) in Helion, forward and backward: a
+drop-in autograd function with mamba-ssm's arguments, outputs, gradients and dtypes. The forward chains the
+Helion kernels of its five ops in mamba-ssm's order and with its intermediate dtypes (chunk_cumsum ->
+chunk_state -> state_passing -> bmm_chunk -> chunk_scan, + chunk_state_varlen); the backward recomputes the
+first four, as mamba-ssm does, and runs the Helion backward kernels of :mod:`kernels.ssd_combined_bwd`."""
 
 from __future__ import annotations
 
@@ -9,21 +11,24 @@ from typing import Any
 
 import torch
 
-from kernels import bmm_chunk, chunk_cumsum, chunk_scan, chunk_state, state_passing
+from kernels import bmm_chunk, chunk_cumsum, chunk_scan, chunk_state, ssd_combined_bwd, state_passing
 from kernels.chunk_cumsum import ConfigLike
 
-OPS = ("chunk_cumsum", "chunk_state", "state_passing", "bmm_chunk", "chunk_scan", "chunk_state_varlen")
+OPS = ("chunk_cumsum", "chunk_state", "state_passing", "bmm_chunk", "chunk_scan", "chunk_state_varlen",
+       *ssd_combined_bwd.KERNELS)
 """The keys of the combined op's config: one Helion config per op (a missing key means that op's default)."""
 
 CONFIGS: list[dict[str, Any]] = [
     {"chunk_cumsum": chunk_cumsum.CONFIGS[0], "chunk_state": chunk_state.CONFIGS[0],
      "state_passing": state_passing.CONFIGS[0], "bmm_chunk": bmm_chunk.CONFIGS[0],
-     "chunk_scan": chunk_scan.CONFIGS[0], "chunk_state_varlen": chunk_state.VARLEN_CONFIGS[0]},
+     "chunk_scan": chunk_scan.CONFIGS[0], "chunk_state_varlen": chunk_state.VARLEN_CONFIGS[0],
+     **ssd_combined_bwd.CONFIGS[0]},
     {"chunk_cumsum": chunk_cumsum.CONFIGS[1], "chunk_state": chunk_state.CONFIGS[1],
      "state_passing": state_passing.CONFIGS[1], "bmm_chunk": bmm_chunk.CONFIGS[1],
-     "chunk_scan": chunk_scan.CONFIGS[1], "chunk_state_varlen": chunk_state.VARLEN_CONFIGS[1]},
+     "chunk_scan": chunk_scan.CONFIGS[1], "chunk_state_varlen": chunk_state.VARLEN_CONFIGS[1],
+     **ssd_combined_bwd.CONFIGS[1]},
 ]
-"""Explicit configs for the CPU parity tests: each op's CONFIGS[0], then each op's CONFIGS[1]."""
+"""Explicit configs for the CPU parity tests: each kernel's CONFIGS[0], then each kernel's CONFIGS[1]."""
 
 
 def _op_configs(config: Mapping[str, ConfigLike] | None) -> dict[str, ConfigLike]:
@@ -38,6 +43,73 @@ def _op_configs(config: Mapping[str, ConfigLike] | None) -> dict[str, ConfigLike
 def _last_dim_contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
     """t, copied only when its last dimension is strided (as mamba-ssm does for B, C, D, x and z)."""
     return t if t is None or t.stride(-1) == 1 else t.contiguous()
+
+
+def _chain(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, chunk_size: int,
+           dt_bias: torch.Tensor | None, initial_states: torch.Tensor | None, seq_idx: torch.Tensor | None,
+           dt_softplus: bool, dt_limit: tuple[float, float], configs: Mapping[str, ConfigLike],
+           entering_dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The forward up to the scan: dA_cumsum, dt_out, chunk states (fp32), the states entering each chunk (in
+    entering_dtype) and final states (fp32), both flat (b, c, h, p*n) / (b, h, p*n), and cb (fp32)."""
+    batch, _, nheads, headdim = x.shape
+    dstate = B.shape[-1]
+    dA_cumsum, dt_out = chunk_cumsum.chunk_cumsum_fwd(dt, A, chunk_size, dt_bias=dt_bias, dt_softplus=dt_softplus,
+                                                      dt_limit=dt_limit, config=configs["chunk_cumsum"])
+    own = chunk_state.chunk_state_fwd(B, x, dt_out, dA_cumsum, seq_idx=seq_idx, states_in_fp32=True,
+                                      config=configs["chunk_state"])
+    nchunks = own.shape[1]
+    states, final_states = state_passing.state_passing_fwd(
+        own.reshape(batch, nchunks, nheads, headdim * dstate), dA_cumsum[:, :, :, -1],
+        initial_states=None if initial_states is None else initial_states.reshape(batch, nheads, headdim * dstate),
+        seq_idx=seq_idx, chunk_size=chunk_size, out_dtype=entering_dtype, config=configs["state_passing"])
+    cb = bmm_chunk.bmm_chunk_fwd(C, B, chunk_size, seq_idx=seq_idx, output_dtype=torch.float32,
+                                 config=configs["bmm_chunk"])
+    return {"dA_cumsum": dA_cumsum, "dt_out": dt_out, "states": states, "final_states": final_states, "cb": cb}
+
+
+class MambaChunkScanCombinedFn(torch.autograd.Function):
+    """Autograd over the Helion forward chain and the Helion backward (inputs saved, intermediates recomputed
+    in the backward, as mamba-ssm does: activation memory stays that of the inputs and the pre-gate output)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                chunk_size: int, D: torch.Tensor | None, z: torch.Tensor | None, dt_bias: torch.Tensor | None,
+                initial_states: torch.Tensor | None, seq_idx: torch.Tensor | None, cu_seqlens: torch.Tensor | None,
+                dt_softplus: bool, dt_limit: tuple[float, float], return_varlen_states: bool,
+                configs: dict[str, ConfigLike]) -> tuple[torch.Tensor, ...]:
+        batch, _, nheads, headdim = x.shape
+        dstate = B.shape[-1]
+        f = _chain(x, dt, A, B, C, chunk_size, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit, configs,
+                   C.dtype)
+        states = f["states"].reshape(batch, -1, nheads, headdim, dstate)
+        out, out_x = chunk_scan.chunk_scan_fwd(f["cb"], x, f["dt_out"], f["dA_cumsum"], C, states, D=D, z=z,
+                                               seq_idx=seq_idx, config=configs["chunk_scan"])
+        ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, out_x)
+        ctx.settings = (chunk_size, dt_softplus, tuple(dt_limit), configs)
+        ctx.set_materialize_grads(False)
+        results = (out, f["final_states"].reshape(batch, nheads, headdim, dstate))
+        if return_varlen_states:
+            varlen = chunk_state.chunk_state_varlen(B[0], x[0], f["dt_out"][0], f["dA_cumsum"][0], cu_seqlens,
+                                                    states[0], config=configs["chunk_state_varlen"])
+            ctx.mark_non_differentiable(varlen)
+            results += (varlen,)
+        return results
+
+    @staticmethod
+    def backward(ctx: Any, dout: torch.Tensor | None, dfinal_states: torch.Tensor | None,
+                 *_: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, out_x = ctx.saved_tensors
+        chunk_size, dt_softplus, dt_limit, configs = ctx.settings
+        saved = {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "z": z, "dt_bias": dt_bias,
+                 "initial_states": initial_states, "seq_idx": seq_idx, "dt_softplus": dt_softplus,
+                 "dt_limit": dt_limit, "out_x": out_x}
+        fwd = _chain(x, dt, A, B, C, chunk_size, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit, configs,
+                     torch.float32)
+        dout = torch.zeros_like(x) if dout is None else _last_dim_contiguous(dout)
+        g = ssd_combined_bwd.ssd_combined_bwd(dout, None if dfinal_states is None else dfinal_states.float(), saved,
+                                              fwd, configs)
+        return (g["x"], g["dt"], g["A"], g["B"], g["C"], None, g.get("D"), g.get("z"), g.get("dt_bias"),
+                g.get("initial_states"), None, None, None, None, None, None)
 
 
 def mamba_chunk_scan_combined(
@@ -65,9 +137,9 @@ def mamba_chunk_scan_combined(
     return_varlen_states, which needs b == 1).
 
     Returns out (x.dtype), then final_states (b, h, p, n, fp32) if return_final_states, then varlen_states
-    (nseq, h, p, n, C.dtype) if return_varlen_states, as mamba-ssm does. Intermediates as in mamba-ssm:
-    dt and dA_cumsum fp32, chunk states fp32, the states entering each chunk in C.dtype, CB fp32.
-    config maps op name (see :data:`OPS`) -> that op's Helion config."""
+    (nseq, h, p, n, C.dtype, not differentiable) if return_varlen_states, as mamba-ssm does. Differentiable
+    in x, dt, A, B, C, D, z, dt_bias and initial_states (gradients in each input's dtype). config maps kernel
+    name (see :data:`OPS`) -> that kernel's Helion config."""
     configs = _op_configs(config)
     batch, seqlen, nheads, headdim = x.shape
     if B.dim() != 4 or B.shape[:2] != (batch, seqlen):
@@ -86,30 +158,15 @@ def mamba_chunk_scan_combined(
         if batch != 1:
             raise ValueError("passing cu_seqlens to get the varlen states is only supported if batch is 1")
     x, z, B, C, D = (_last_dim_contiguous(t) for t in (x, z, B, C, D))
-
-    dA_cumsum, dt_out = chunk_cumsum.chunk_cumsum_fwd(dt, A, chunk_size, dt_bias=dt_bias, dt_softplus=dt_softplus,
-                                                      dt_limit=dt_limit, config=configs["chunk_cumsum"])
-    states = chunk_state.chunk_state_fwd(B, x, dt_out, dA_cumsum, seq_idx=seq_idx, states_in_fp32=True,
-                                         config=configs["chunk_state"])
-    nchunks = states.shape[1]
-    states, final_states = state_passing.state_passing_fwd(
-        states.reshape(batch, nchunks, nheads, headdim * dstate), dA_cumsum[:, :, :, -1],
-        initial_states=None if initial_states is None else initial_states.reshape(batch, nheads, headdim * dstate),
-        seq_idx=seq_idx, chunk_size=chunk_size, out_dtype=C.dtype, config=configs["state_passing"])
-    states = states.reshape(batch, nchunks, nheads, headdim, dstate)
-    final_states = final_states.reshape(batch, nheads, headdim, dstate)
-    cb = bmm_chunk.bmm_chunk_fwd(C, B, chunk_size, seq_idx=seq_idx, output_dtype=torch.float32,
-                                 config=configs["bmm_chunk"])
-    out, _ = chunk_scan.chunk_scan_fwd(cb, x, dt_out, dA_cumsum, C, states, D=D, z=z, seq_idx=seq_idx,
-                                       config=configs["chunk_scan"])
+    out, final_states, *varlen = MambaChunkScanCombinedFn.apply(
+        x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus,
+        tuple(dt_limit), return_varlen_states, configs)
     results: tuple[torch.Tensor, ...] = (out,)
     if return_final_states:
         results += (final_states,)
-    if return_varlen_states:
-        results += (chunk_state.chunk_state_varlen(B[0], x[0], dt_out[0], dA_cumsum[0], cu_seqlens, states[0],
-                                                   config=configs["chunk_state_varlen"]),)
+    results += tuple(varlen)
     return results[0] if len(results) == 1 else results
 
 
-HAS_BACKWARD = False
-"""Forward only: the parity engine judges this port's outputs, not its gradients (no Helion backward yet)."""
+HAS_BACKWARD = True
+"""Differentiable through the Helion backward kernels: the parity engine judges every gradient."""

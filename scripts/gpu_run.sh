@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the offline H200: install the carried wheels, then run the GPU tests and/or the
 # benchmarks, writing logs and JSON under $OUT (default ./gpu-out). Usage:
-#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate]     (default: tests parity bench)
+#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [e2e]     (default: tests parity bench)
+# mixer: the Nemotron mixer (SSD combined + gated RMSNorm) fwd/fwd+bwd/peak memory and the RMSNorm bwd, vs mamba-ssm
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -27,6 +28,8 @@ for step in $steps; do
         | tee "$OUT/bench.log" || status=1 ;;
     gate)
       python3 bench/gate_speed.py --json "$OUT/gate-speed.json" 2>&1 | tee "$OUT/gate-speed.log" || status=1 ;;
+    mixer)   # the whole mixer fwd/fwd+bwd and peak memory, and the gated RMSNorm bwd alone, helion vs mamba-ssm
+      timeout "${MIXER_TIMEOUT:-300}" python3 bench/mixer.py --json "$OUT/mixer.json" 2>&1 | tee "$OUT/mixer.log" || status=1 ;;
     e2e)     # tune the gated RMSNorm backward, gate + promote the fastest passing config, load it in training
       { python3 -m parity tune layernorm_gated --device cuda --trials "${TUNE_TRIALS:-12}" --keep 2 \
           --out "$OUT/tuned" --shape '{"rows": 16384, "ngroups": 8, "group_size": 512, "z": true,

@@ -1,4 +1,5 @@
-"""The config store: atomic writes, the lock, stale-entry refusal and bad input."""
+"""The config store: atomic writes, the lock, stale-entry refusal, bad input, and the in-process memo of the
+runtime lookup (no re-read while the file is unchanged, a new promotion seen at once, stale refused every call)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,14 @@ import pytest
 from parity import store as store_mod
 from parity.errors import ParityError
 from parity.store import Key, StaleConfigError, Store, promoted_config
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    """Each test starts as a fresh process would: nothing memoized."""
+    store_mod.clear_caches()
+    yield
+    store_mod.clear_caches()
 
 
 @pytest.fixture()
@@ -77,6 +86,7 @@ def test_stale_entry_is_refused_with_how_to_regate(tmp_path, kernel_module):
     s.put(_key(), {"v": 1}, {})
     assert promoted_config("toy", "toykernel:kernel", "float32", "b1", "cpu", s) == {"v": 1}
     kernel_module.write_text("def kernel(**kw):\n    return 2\n")
+    store_mod.clear_caches()  # source hashes are memoized per process: an edited kernel is seen after a restart
     with pytest.raises(StaleConfigError, match=r"changed since it was gated.*parity promote toy"):
         promoted_config("toy", "toykernel:kernel", "float32", "b1", "cpu", s)
 
@@ -119,3 +129,60 @@ def test_store_files_are_reviewable_json(tmp_path, kernel_module):
     s.put(_key(), {"v": 1}, {})
     data = json.loads(s.path("cpu-interpreter", "toy").read_text())
     assert data["device"] == "cpu-interpreter" and data["op"] == "toy" and len(data["entries"]) == 1
+
+
+def _counting(monkeypatch, owner, name: str) -> list[int]:
+    """Wrap ``owner.name`` so each call appends to the returned list."""
+    calls: list[int] = []
+    original = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def test_repeated_lookup_neither_rereads_nor_rehashes(tmp_path, kernel_module, monkeypatch):
+    s = Store(tmp_path / "configs")
+    s.put(_key(), {"bwd": {"block_sizes": [16, 1]}}, {})
+    reads = _counting(monkeypatch, Store, "entries")
+    checks = _counting(monkeypatch, Store, "staleness")
+    first = promoted_config("toy", "toykernel:kernel", "float32", "b1", "cpu", s)
+    assert (len(reads), len(checks)) == (1, 1)
+    for _ in range(3):
+        assert promoted_config("toy", "toykernel:kernel", "float32", "b1", "cpu", Store(tmp_path / "configs")) == first
+    assert first == {"bwd": {"block_sizes": [16, 1]}} and (len(reads), len(checks)) == (1, 1)
+
+
+def test_new_promotion_is_seen_by_the_next_lookup(tmp_path, kernel_module):
+    s = Store(tmp_path / "configs")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert promoted_config("toy", "toykernel:kernel", "float32", "b1", "cpu", s) is None  # no file yet
+    s.put(_key(), {"v": 1}, {})
+    assert promoted_config("toy", "toykernel:kernel", "float32", "b1", "cpu", s) == {"v": 1}
+    s.put(_key(), {"v": 2}, {})  # same size on disk: the replaced file's inode and mtime tell it apart
+    assert promoted_config("toy", "toykernel:kernel", "float32", "b1", "cpu", s) == {"v": 2}
+
+
+def test_stale_entry_raises_on_every_call(tmp_path, kernel_module, monkeypatch):
+    s = Store(tmp_path / "configs")
+    s.put(_key(), {"v": 1}, {})
+    monkeypatch.setattr(store_mod, "versions", lambda: {"helion": "9.9", "triton": "3.6.0", "torch": "x"})
+    for _ in range(3):
+        with pytest.raises(StaleConfigError, match=r"helion is 9\.9"):
+            promoted_config("toy", "toykernel:kernel", "float32", "b1", "cpu", s)
+
+
+def test_device_key_asks_cuda_once_per_device(monkeypatch):
+    import torch
+
+    names: list[int | None] = []
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: names.append(index) or "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert [store_mod.device_key("cuda") for _ in range(3)] == ["nvidia-h200-sm90"] * 3
+    assert store_mod.device_key("cuda:1") == "nvidia-h200-sm90"
+    assert names == [0, 1]

@@ -1,0 +1,377 @@
+"""Benchmark the Nemotron-3-Nano Mamba-2 mixer, Helion ports against mamba-ssm's Triton kernels.
+
+Two measurements at the mixer shape (b=2, L=8192, h=64, p=64, g=8, n=128, chunk 128, bf16):
+
+1. the whole mixer, ``mamba_chunk_scan_combined`` (D, dt_bias, dt_softplus, no z) then the gated
+   ``rmsnorm_fn`` (z gate, group_size h*p/g, norm_before_gate=False), forward and forward+backward
+   through autograd (gradients of x, dt, A, B, C, D, dt_bias, z, weight), with the peak memory of one
+   forward+backward and the gradients' max abs difference helion vs mamba (diagnostic only);
+2. the gated RMSNorm backward alone (rows b*L, columns h*p), timed without its forward, against the
+   bandwidth floor (bytes read and written over the measured device copy bandwidth).
+
+Times are triton.testing.do_bench medians on CUDA. ``--device cpu`` (Triton interpreter, one
+perf_counter-timed call each, no peak memory, no floor) is a smoke test only, meant for ``--shape tiny``.
+A backend that raises is recorded as ``{"error": ...}``, never fatal.
+
+    python bench/mixer.py --json bench/results/h200-mixer.json
+    python bench/mixer.py --device cpu --shape tiny --json /tmp/mixer.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from parity import device as parity_device
+from parity.report import atomic_write
+
+SHAPES: dict[str, dict[str, Any]] = {
+    "nemotron": {"batch": 2, "seqlen": 8192, "chunk_size": 128, "nheads": 64, "ngroups": 8, "headdim": 64,
+                 "dstate": 128},
+    "tiny": {"batch": 1, "seqlen": 64, "chunk_size": 16, "nheads": 4, "ngroups": 2, "headdim": 16, "dstate": 16},
+}
+"""SSD problem sizes; the norm runs over rows = batch * seqlen, columns = nheads * headdim, one group per
+B/C group (group_size = nheads * headdim / ngroups)."""
+
+EPS = 1e-5
+GRAD_NAMES = ("x", "dt", "A", "B", "C", "D", "dt_bias", "z", "weight")
+TARGETS = {"norm_bwd_speedup_min": 2.5, "mixer_fwd_bwd_speedup_min": 1.3, "mixer_peak_mem_ratio_max": 1.0}
+"""From the issue: RMSNorm bwd >= 2.5x mamba, mixer fwd+bwd >= 1.3x mamba, Helion mixer peak memory <= mamba's."""
+
+Backend = tuple[Callable[..., Any], Callable[..., Any]]
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def timed(fn: Callable[[], Any], dev: torch.device) -> float:
+    """Milliseconds of one ``fn()``: do_bench median on CUDA, one perf_counter-timed call on CPU."""
+    if dev.type == "cuda":
+        from triton.testing import do_bench
+
+        return do_bench(fn, return_mode="median")
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def peak_memory(fn: Callable[[], Any], dev: torch.device) -> dict[str, int]:
+    """Peak allocated bytes during one ``fn()`` after empty_cache (CUDA only), and the bytes allocated before."""
+    if dev.type != "cuda":
+        return {}
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return {"peak_mem_bytes": torch.cuda.max_memory_allocated(), "base_mem_bytes": base}
+
+
+def _cotangent(shape: Sequence[int], dtype: torch.dtype, seed: int, dev: torch.device) -> torch.Tensor:
+    """A standard-normal upstream gradient, drawn on the CPU with a fixed seed (the same on every device)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float32).to(device=dev, dtype=dtype)
+
+
+def _max_abs_diffs(ours: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor]) -> dict[str, float]:
+    return {k: float((ours[k].float() - theirs[k].float()).abs().max()) for k in theirs if k in ours}
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return num / den if num is not None and den else None
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. The mixer: SSD combined + gated RMSNorm, forward and backward
+
+
+def mixer_inputs(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device) -> dict[str, Any]:
+    """The SSD inputs (reference.specs.ssd_raw_inputs: D per head, dt_bias, dt_softplus), the gate z and the
+    norm weight (reference.specs.norm_inputs, z reshaped to (b, L, h*p)), and the upstream gradient dout;
+    every differentiated tensor a leaf requiring grad."""
+    from reference import specs
+
+    b, L, h, p, g = shape["batch"], shape["seqlen"], shape["nheads"], shape["headdim"], shape["ngroups"]
+    problem = {**shape, "D": "h", "dt_bias": True, "dt_softplus": True}
+    ssd = specs.ssd_raw_inputs(problem, dtype, 0, dev)
+    norm = specs.norm_inputs({"rows": b * L, "ngroups": g, "group_size": h * p // g, "z": True,
+                              "norm_before_gate": False, "is_rms_norm": True, "bias": False}, dtype, 1, dev)
+    leaves = {k: ssd[k] for k in ("x", "dt", "A", "B", "C", "D", "dt_bias")}
+    leaves["z"] = norm["z"].reshape(b, L, h * p)
+    leaves["weight"] = norm["weight"]
+    leaves = {k: v.detach().clone().requires_grad_(True) for k, v in leaves.items()}
+    return {"leaves": leaves, "chunk_size": ssd["chunk_size"], "group_size": norm["group_size"],
+            "dout": _cotangent((b, L, h * p), dtype, 2, dev)}
+
+
+def bench_mixer_backend(backend: Backend, inputs: dict[str, Any], dev: torch.device) -> dict[str, Any]:
+    """fwd_ms, fwd_bwd_ms and peak memory of one backend, plus its output and gradients (on the CPU, under
+    the "_values" key) for the comparison; {"error": ...} (with fwd_ms if the forward ran) if it raises."""
+    ssd_fn, norm_fn = backend
+    t, cs, gs, dout = inputs["leaves"], inputs["chunk_size"], inputs["group_size"], inputs["dout"]
+    b, L, h, p = t["x"].shape
+    wrt = [t[n] for n in GRAD_NAMES]
+
+    def forward() -> torch.Tensor:
+        y = ssd_fn(t["x"], t["dt"], t["A"], t["B"], t["C"], cs, D=t["D"], z=None, dt_bias=t["dt_bias"],
+                   dt_softplus=True)
+        return norm_fn(y.reshape(b, L, h * p), t["weight"], None, z=t["z"], eps=EPS, group_size=gs,
+                       norm_before_gate=False)
+
+    def fwd_bwd() -> tuple[torch.Tensor, ...]:
+        return torch.autograd.grad(forward(), wrt, dout)
+
+    result: dict[str, Any] = {}
+    try:
+        out = forward()  # compiles the forward kernels
+        values = {"out": out.detach().cpu()}
+        del out
+        result["fwd_ms"] = timed(forward, dev)
+    except Exception as exc:
+        return {"error": f"forward: {_error(exc)}"}
+    try:
+        grads = fwd_bwd()  # compiles the backward kernels; its gradients are the ones compared
+        values.update({n: g.detach().cpu() for n, g in zip(GRAD_NAMES, grads, strict=True)})
+        del grads
+        result.update(peak_memory(fwd_bwd, dev))
+        result["fwd_bwd_ms"] = timed(fwd_bwd, dev)
+    except Exception as exc:
+        result["error"] = f"fwd+bwd: {_error(exc)}"
+    result["_values"] = values
+    return result
+
+
+def bench_mixer(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device) -> dict[str, Any]:
+    """Both backends (mamba first, so the baseline is measured even if a Helion kernel breaks the device),
+    speedups helion vs mamba, peak-memory ratio and output/gradient differences."""
+    from kernels import layernorm_gated as helion_norm
+    from kernels import ssd_combined as helion_ssd
+    from reference import mamba_triton
+
+    inputs = mixer_inputs(shape, dtype, dev)
+    backends: dict[str, Backend] = {
+        "mamba": (mamba_triton.mamba_chunk_scan_combined, mamba_triton.rmsnorm_fn),
+        "helion": (helion_ssd.mamba_chunk_scan_combined, helion_norm.rmsnorm_fn),
+    }
+    results: dict[str, dict[str, Any]] = {}
+    for name, backend in backends.items():
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+        results[name] = bench_mixer_backend(backend, inputs, dev)
+    ours, theirs = results["helion"], results["mamba"]
+    ours_v, theirs_v = ours.pop("_values", {}), theirs.pop("_values", {})
+    return {
+        "problem": {**shape, "D": "h", "dt_bias": True, "dt_softplus": True, "dtype": str(dtype).removeprefix("torch."),
+                    "group_size": inputs["group_size"], "norm_before_gate": False, "eps": EPS},
+        "backends": results,
+        "speedup_fwd": _ratio(theirs.get("fwd_ms"), ours.get("fwd_ms")),
+        "speedup_fwd_bwd": _ratio(theirs.get("fwd_bwd_ms"), ours.get("fwd_bwd_ms")),
+        "peak_mem_ratio": _ratio(ours.get("peak_mem_bytes"), theirs.get("peak_mem_bytes")),
+        "max_abs_diff_helion_vs_mamba": _max_abs_diffs(ours_v, theirs_v),
+        "mamba_max_abs": {k: float(v.float().abs().max()) for k, v in theirs_v.items()},
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. The gated RMSNorm backward alone
+
+
+def _helion_norm_bwd(x: torch.Tensor, w: torch.Tensor, z: torch.Tensor, dy: torch.Tensor,
+                     gs: int) -> tuple[Callable[[], Any], Any]:
+    """The Helion backward call, configured as rmsnorm_fn would be (the promoted config, else the kernel
+    defaults), after its forward; returns (the call, the backward config)."""
+    from kernels import layernorm_gated as hn
+
+    fwd_cfg, bwd_cfg = hn._split_config(hn._promoted(x, gs))
+    _, mean, rstd = hn.layer_norm_fwd(x, w, None, EPS, z=z, group_size=gs, norm_before_gate=False,
+                                      is_rms_norm=True, config=fwd_cfg)
+    return lambda: hn.layer_norm_bwd(dy, x, w, None, EPS, mean, rstd, z, gs, False, True, config=bwd_cfg), bwd_cfg
+
+
+def _mamba_norm_bwd(x: torch.Tensor, w: torch.Tensor, z: torch.Tensor, dy: torch.Tensor,
+                    gs: int) -> tuple[Callable[[], Any], Any]:
+    """mamba-ssm's ``_layer_norm_bwd`` call after its ``_layer_norm_fwd``, as LayerNormFn makes them."""
+    from reference import mamba_triton
+
+    mamba_triton.prepare(x, w, z, dy)
+    lg = mamba_triton._module("layernorm_gated")
+    _, mean, rstd = lg._layer_norm_fwd(x, w, None, EPS, z=z, group_size=gs, norm_before_gate=False,
+                                       is_rms_norm=True)
+    return lambda: lg._layer_norm_bwd(dy, x, w, None, EPS, mean, rstd, z, gs, False, True), None
+
+
+def bench_norm_bwd(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device,
+                   ceil: dict[str, float] | None) -> dict[str, Any]:
+    """bwd_ms of each backend's gated RMSNorm backward kernel call, speedup, bandwidth floor and fraction of it."""
+    from reference import specs
+
+    rows, g = shape["batch"] * shape["seqlen"], shape["ngroups"]
+    gs = shape["nheads"] * shape["headdim"] // g
+    problem = {"rows": rows, "ngroups": g, "group_size": gs, "z": True, "norm_before_gate": False,
+               "is_rms_norm": True, "bias": False}
+    inp = specs.norm_inputs(problem, dtype, 3, dev)
+    x, w, z = inp["x"], inp["weight"], inp["z"]
+    dy = _cotangent(x.shape, dtype, 4, dev)
+    # Bytes the backward must move: x, z, dy, weight, rstd read (no mean: RMS norm); dx, dz, dw written.
+    reads = x.nbytes + z.nbytes + dy.nbytes + w.nbytes + g * rows * 4  # rstd: (ngroups * rows,) fp32
+    writes = x.nbytes + z.nbytes + w.nbytes  # dx, dz, dw (the final dw; partial sums not counted)
+    moved = reads + writes
+    floor_ms = moved / ceil["copy_bytes_per_s"] * 1e3 if ceil else None
+    results: dict[str, dict[str, Any]] = {}
+    values: dict[str, dict[str, torch.Tensor]] = {}
+    for name, make in (("mamba", _mamba_norm_bwd), ("helion", _helion_norm_bwd)):
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+        try:
+            run, config = make(x, w, z, dy, gs)
+            dx, dw, _, dz = run()[:4]  # compiles
+            values[name] = {"dx": dx.cpu(), "dweight": dw.cpu(), "dz": dz.cpu()}
+            del dx, dw, dz
+            ms = timed(run, dev)
+        except Exception as exc:
+            results[name] = {"error": _error(exc)}
+            continue
+        results[name] = {"bwd_ms": ms, "config": config}
+        if floor_ms is not None:
+            results[name]["fraction_of_floor"] = floor_ms / ms
+    return {
+        "problem": {**problem, "columns": g * gs, "dtype": str(dtype).removeprefix("torch."), "eps": EPS},
+        "backends": results,
+        "bytes": moved,
+        "floor_ms": floor_ms,
+        "speedup_bwd": _ratio(results["mamba"].get("bwd_ms"), results["helion"].get("bwd_ms")),
+        "max_abs_diff_helion_vs_mamba": _max_abs_diffs(values.get("helion", {}), values.get("mamba", {})),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def _ceilings() -> dict[str, float]:
+    """bench/bench.py's ``ceilings()`` (loaded from its file: ``bench`` is a directory of scripts, not a package)."""
+    path = Path(__file__).with_name("bench.py")
+    spec = importlib.util.spec_from_file_location("_bench_bench", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ceilings()
+
+
+def _versions() -> dict[str, str]:
+    found = {"torch": torch.__version__, "python": platform.python_version()}
+    for pkg in ("triton", "helion", "mamba_ssm"):
+        try:
+            found[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            found[pkg] = "unknown"
+    return found
+
+
+def _verdict(value: float | None, limit: float, at_least: bool, dev: torch.device) -> str:
+    if value is None or dev.type != "cuda":
+        return "n/a" if dev.type == "cuda" else "n/a (CPU smoke test)"
+    return "met" if (value >= limit if at_least else value <= limit) else "MISSED"
+
+
+def _fmt(value: float | None, spec: str = "9.3f") -> str:
+    if value is None:
+        width = spec.split(".")[0]
+        return f"{'-':>{width}}" if width else "n/a"
+    return f"{value:{spec}}"
+
+
+def _times(ratio: float | None) -> str:
+    return f"{ratio:.2f}x" if ratio is not None else "n/a"
+
+
+def print_report(mixer: dict[str, Any], norm: dict[str, Any], targets: dict[str, dict[str, Any]]) -> None:
+    """A short table of both measurements with the issue's targets."""
+    p = mixer["problem"]
+    print(f"mixer fwd+bwd  b={p['batch']} L={p['seqlen']} h={p['nheads']} p={p['headdim']} g={p['ngroups']} "
+          f"n={p['dstate']} chunk={p['chunk_size']} {p['dtype']}")
+    print(f"  {'backend':8} {'fwd ms':>9} {'fwd+bwd':>9} {'peak MiB':>9}")
+    for name, r in mixer["backends"].items():
+        peak = r["peak_mem_bytes"] / 2**20 if "peak_mem_bytes" in r else None
+        line = f"  {name:8} {_fmt(r.get('fwd_ms'))} {_fmt(r.get('fwd_bwd_ms'))} {_fmt(peak, '9.0f')}"
+        print(line + (f"  error: {r['error'][:100]}" if "error" in r else ""))
+    t = targets
+    print(f"  speedup helion/mamba: fwd {_times(mixer['speedup_fwd'])}, fwd+bwd "
+          f"{_times(mixer['speedup_fwd_bwd'])}  (target >= {t['mixer_fwd_bwd_speedup']['target']}x: "
+          f"{t['mixer_fwd_bwd_speedup']['verdict']})")
+    print(f"  peak memory helion/mamba: {_fmt(mixer['peak_mem_ratio'], '.3f')}  "
+          f"(target <= {t['mixer_peak_mem_ratio']['target']}: {t['mixer_peak_mem_ratio']['verdict']})")
+    diffs = mixer["max_abs_diff_helion_vs_mamba"]
+    if diffs:
+        print("  max |helion - mamba|: " + " ".join(f"{k}={v:.3g}" for k, v in diffs.items()))
+    q = norm["problem"]
+    floor = f"{norm['floor_ms']:.3f} ms" if norm["floor_ms"] is not None else "n/a"
+    print(f"gated RMSNorm bwd  M={q['rows']} N={q['columns']} group={q['group_size']} z "
+          f"norm_before_gate=False {q['dtype']}  floor {floor} "
+          f"({norm['bytes'] / 2**20:.2f} MiB moved)")
+    print(f"  {'backend':8} {'bwd ms':>9} {'of floor':>9}")
+    for name, r in norm["backends"].items():
+        if "error" in r:
+            print(f"  {name:8} error: {r['error'][:100]}")
+            continue
+        print(f"  {name:8} {_fmt(r['bwd_ms'])} {_fmt(r.get('fraction_of_floor'), '9.2f')}")
+    print(f"  speedup helion/mamba: {_times(norm['speedup_bwd'])}  (target >= "
+          f"{t['norm_bwd_speedup']['target']}x: {t['norm_bwd_speedup']['verdict']})")
+    if norm["max_abs_diff_helion_vs_mamba"]:
+        print("  max |helion - mamba|: " + " ".join(f"{k}={v:.3g}"
+                                                   for k, v in norm["max_abs_diff_helion_vs_mamba"].items()))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="nemotron")
+    parser.add_argument("--json", dest="json_path", default=None)
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("mixer: needs a CUDA GPU (or --device cpu --shape tiny for a smoke test)", file=sys.stderr)
+        return 2
+    parity_device.configure(args.device)  # before triton is imported: the interpreter on CPU
+    dev, dtype, shape = torch.device(args.device), torch.bfloat16, SHAPES[args.shape]
+    if dev.type == "cpu" and args.shape != "tiny":
+        print("mixer: warning: CPU times are one interpreted call each, only a smoke test", file=sys.stderr)
+    torch.manual_seed(0)
+    ceil = _ceilings() if dev.type == "cuda" else None
+    mixer = bench_mixer(shape, dtype, dev)
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    norm = bench_norm_bwd(shape, dtype, dev, ceil)
+    targets = {
+        name: {"value": value, "target": TARGETS[limit], "verdict": _verdict(value, TARGETS[limit], at_least, dev)}
+        for name, value, limit, at_least in (
+            ("norm_bwd_speedup", norm["speedup_bwd"], "norm_bwd_speedup_min", True),
+            ("mixer_fwd_bwd_speedup", mixer["speedup_fwd_bwd"], "mixer_fwd_bwd_speedup_min", True),
+            ("mixer_peak_mem_ratio", mixer["peak_mem_ratio"], "mixer_peak_mem_ratio_max", False))
+    }
+    print_report(mixer, norm, targets)
+    meta = {"command": " ".join([sys.executable.split("/")[-1], *sys.argv]),
+            "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else None, "device": args.device,
+            "shape": args.shape, "timing": "do_bench median" if dev.type == "cuda" else "one perf_counter call",
+            **_versions(), "ceilings": ceil, "seeds": {"ssd": 0, "norm_z_weight": 1, "dout": 2, "norm_bwd": 3, "dy": 4}}
+    if args.json_path:
+        payload = {"meta": meta, "targets": targets, "mixer": mixer, "norm_bwd": norm}
+        atomic_write(args.json_path, json.dumps(payload, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,445 @@
+"""Helion backward of the Mamba-2 chunked SSD (mamba-ssm's ``_mamba_chunk_scan_combined_bwd``), reorganised
+into six kernels and a little PyTorch glue on (batch, nheads, seqlen)-sized tensors.
+
+Notation per (batch b, chunk c, head h; group g of h), positions l, s of the chunk, a = dA_cumsum, dt the
+processed dt, H_c the state entering chunk c, S_c the chunk's own state, dy the gradient of the pre-gate
+output y. The forward is
+    S_c = sum_s exp(a_last - a_s) dt_s x_s B_s^T          H_{c+1} = f_c exp(a_last) H_c + S_c
+    y_l = exp(a_l) m_l C_l H_c + sum_{s <= l} CB[l, s] exp(a_l - a_s) dt_s x_s + D x_l
+(f_c, m_l: the seq_idx masks). The kernels, in order:
+  dstates       dH_c = sum_l exp(a_l) m_l dy_l^T C_l                     (grad of y wrt H_c)
+  state_passing reverse scan G_c = f_c exp(a_last) G_{c+1} + dH_c, G_nchunks = dfinal: dS_c = G_{c+1},
+                dinitial = G_0, and d a_last = G_{c+1} . H_{c+1} (S_c and the decayed H_c both scale
+                with exp(a_last), so their a_last-gradient is H_{c+1} itself)
+  dx            dx_s = dt_s (exp(a_last - a_s) B_s dS_c + sum_{l >= s} CB[l, s] exp(a_l - a_s) dy_l) + D dy_s,
+                ddt_s = x_s . (that bracket) and dD; d a_s = -dt_s ddt_s covers every term where a_s decays
+  dcb           dCB[l, s] = sum_{h in g} dt_s exp(a_l - a_s) dy_l . x_s (causal, same sequence), and
+                d a_l += sum_s dCB_h[l, s] CB[l, s] (the rows of the intra-chunk term)
+  dc            dC_l = sum_{h in g} exp(a_l) m_l dy_l H_c + sum_s dCB[l, s] B_s, d a_l += C_l . (first term)
+  db            dB_s = sum_{h in g} exp(a_last - a_s) dt_s x_s dS_c + sum_l dCB[l, s] C_l
+then d a -> a reverse cumsum inside each chunk -> ddt, dA; dt's softplus/clamp -> ddt, ddt_bias.
+Products are taken in the inputs' dtype with fp32 accumulation (true fp32 for fp32 inputs), as in the
+forward kernels; partial sums across programs use fp32 atomics, as mamba-ssm's backward does."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import helion
+import helion.language as hl
+import torch
+import torch.nn.functional as F
+import triton
+
+from kernels.chunk_cumsum import ConfigLike, launch
+from kernels.state_passing import _affine_combine
+
+_DOT = {"static_shapes": True, "dot_precision": "ieee"}
+
+
+@helion.kernel(**_DOT)
+def dstates_kernel(dy: torch.Tensor, C: torch.Tensor, dA_cumsum: torch.Tensor,
+                   seq_idx: torch.Tensor | None) -> torch.Tensor:
+    """dH (batch, nchunks, nheads, headdim, dstate) fp32: the gradient of y wrt the state entering each chunk.
+    One program per (batch, chunk, head, headdim block, dstate block), looping over the chunk's rows."""
+    batch, seqlen, nheads, headdim = dy.shape
+    ngroups, dstate = C.shape[2], C.shape[3]
+    nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
+    heads_per_group = nheads // ngroups
+    dstates = torch.empty([batch, nchunks, nheads, headdim, dstate], dtype=torch.float32, device=dy.device)
+    for tile_b, tile_c, tile_h, tile_p, tile_n in hl.tile([batch, nchunks, nheads, headdim, dstate],
+                                                          block_size=[1, 1, 1, None, None]):
+        group = tile_h.begin // heads_per_group
+        start = tile_c.begin * chunk_size
+        acc = hl.zeros([tile_p, tile_n], dtype=torch.float32)
+        for tile_l in hl.tile(chunk_size):
+            pos = start + tile_l.index
+            valid = pos < seqlen
+            dys = hl.load(dy, [tile_b.begin, pos, tile_h.begin, tile_p], extra_mask=valid[:, None])
+            cs = hl.load(C, [tile_b.begin, pos, group, tile_n], extra_mask=valid[:, None]).to(torch.float32)
+            scale = torch.exp(dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_l])
+            if seq_idx is not None:
+                seq_l = hl.load(seq_idx, [tile_b.begin, pos], extra_mask=valid)
+                prev_pos = pos - tile_l.index - 1  # the previous chunk's last position, broadcast
+                seq_prev = hl.load(seq_idx, [tile_b.begin, prev_pos], extra_mask=prev_pos >= 0)
+                scale = torch.where(seq_l == seq_prev, scale, 0.0)
+            scale = torch.where(valid, scale, 0.0)
+            acc = hl.dot(dys.T, (cs * scale[:, None]).to(dys.dtype), acc=acc)
+        dstates[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n] = acc
+    return dstates
+
+
+@helion.kernel(static_shapes=True)
+def state_passing_bwd_kernel(
+    dstates: torch.Tensor,
+    states: torch.Tensor,
+    final_states: torch.Tensor,
+    dfinal_states: torch.Tensor | None,
+    dA_chunk_cumsum: torch.Tensor,
+    seq_idx: torch.Tensor | None,
+    ddA_rev: torch.Tensor,
+    chunk_size: int,
+    chunk_block: hl.constexpr,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dS (batch, nchunks, nheads, dim), dinitial (batch, nheads, dim)), both fp32, from dstates = dH and the
+    forward's states entering each chunk (fp32) and final states. Adds G_{c+1} . H_{c+1} into
+    ddA_rev[b, h, nchunks - 1 - c] (fp32, zeroed, chunk_block + 1 long; flipped by the caller).
+
+    One program per (batch, head, dim block); scan element k is chunk nchunks - 1 - k, all chunks one
+    ``hl.arange(chunk_block)`` (as the forward scan), padded elements (0, 0) after the real ones."""
+    batch, nchunks, nheads, dim = dstates.shape
+    dS = torch.empty([batch, nchunks, nheads, dim], dtype=torch.float32, device=dstates.device)
+    dinitial = torch.empty([batch, nheads, dim], dtype=torch.float32, device=dstates.device)
+    for tile_b, tile_h, tile_d in hl.tile([batch, nheads, dim], block_size=[1, 1, None]):
+        k = hl.arange(chunk_block)
+        real = k < nchunks
+        chunk = nchunks - 1 - k
+        update = hl.load(dstates, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None])
+        decay = torch.exp(hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk], extra_mask=real))
+        if seq_idx is not None:
+            seqlen = seq_idx.size(1)
+            seq_here = hl.load(seq_idx, [tile_b.begin, torch.clamp((chunk + 1) * chunk_size, max=seqlen) - 1],
+                               extra_mask=real)
+            seq_before = hl.load(seq_idx, [tile_b.begin, chunk * chunk_size - 1], extra_mask=real & (chunk > 0))
+            decay = torch.where(seq_here == seq_before, decay, 0.0)
+        scale, grad = hl.associative_scan(_affine_combine, (decay[:, None] + torch.zeros_like(update), update),
+                                          dim=0)
+        if dfinal_states is not None:
+            last = dfinal_states[tile_b.begin, tile_h.begin, tile_d]
+            grad = grad + scale * last[None, :]
+            final = final_states[tile_b.begin, tile_h.begin, tile_d]
+            hl.atomic_add(ddA_rev, [tile_b.begin, tile_h.begin, 0], torch.sum(last * final, dim=0))
+        else:
+            last = hl.zeros([tile_d], dtype=torch.float32)
+        # grad[k] = G_c for c = nchunks - 1 - k: the gradient of S_{c - 1}.
+        dS[tile_b.begin, nchunks - 1, tile_h.begin, tile_d] = last
+        if nchunks > 1:  # a size-1 chunk index is dropped by Helion and the store mis-shapes
+            hl.store(dS, [tile_b.begin, chunk - 1, tile_h.begin, tile_d], grad,
+                     extra_mask=(real & (chunk >= 1))[:, None])
+        entering = hl.load(states, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None])
+        hl.atomic_add(ddA_rev, [tile_b.begin, tile_h.begin, k + 1], torch.sum(grad * entering, dim=1))
+        dinitial[tile_b.begin, tile_h.begin, tile_d] = torch.sum(torch.where((k == nchunks - 1)[:, None], grad, 0.0),
+                                                                 dim=0)
+    return dS, dinitial
+
+
+@helion.kernel(**_DOT)
+def dx_kernel(
+    x: torch.Tensor,
+    dy: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    B: torch.Tensor,
+    cb: torch.Tensor,
+    dS: torch.Tensor,
+    D: torch.Tensor | None,
+    seq_idx: torch.Tensor | None,
+    ddt: torch.Tensor,
+    dD: torch.Tensor,
+) -> torch.Tensor:
+    """dx (x.dtype, like x); adds x_s . bracket into ddt (batch, nheads, nchunks, chunk_size) and dy . x into
+    dD (nheads, headdim) (both fp32, zeroed). One program per (batch, chunk, head, row block s, headdim
+    block), looping over dstate (the chunk-state path) and over the rows l >= s (the intra-chunk path)."""
+    batch, seqlen, nheads, headdim = x.shape
+    ngroups, dstate = B.shape[2], B.shape[3]
+    nchunks, chunk_size = dt.shape[2], dt.shape[3]
+    heads_per_group = nheads // ngroups
+    dx = torch.empty_like(x)
+    for tile_b, tile_c, tile_h, tile_s, tile_p in hl.tile([batch, nchunks, nheads, chunk_size, headdim],
+                                                          block_size=[1, 1, 1, None, None]):
+        group = tile_h.begin // heads_per_group
+        start = tile_c.begin * chunk_size
+        pos_s = start + tile_s.index
+        valid_s = pos_s < seqlen
+        dA_s = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
+        dt_s = dt[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
+        dA_last = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, chunk_size - 1]
+        keep_s = valid_s
+        if seq_idx is not None:
+            seq_last = seq_idx[tile_b.begin, min(start + chunk_size, seqlen) - 1]
+            seq_s = hl.load(seq_idx, [tile_b.begin, pos_s], extra_mask=valid_s)
+            keep_s = valid_s & (seq_s == seq_last) & (seq_last >= 0)
+        acc = hl.zeros([tile_s, tile_p], dtype=torch.float32)
+        for tile_n in hl.tile(dstate):
+            bs = hl.load(B, [tile_b.begin, pos_s, group, tile_n], extra_mask=valid_s[:, None])
+            ds = dS[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n].to(bs.dtype)
+            acc = hl.dot(bs, ds.T, acc=acc)
+        acc = acc * torch.where(keep_s, torch.exp(torch.clamp(dA_last - dA_s, max=0.0)), 0.0)[:, None]
+        for tile_l in hl.tile(tile_s.begin, chunk_size):
+            pos_l = start + tile_l.index
+            valid_l = pos_l < seqlen
+            weights = cb[tile_b.begin, tile_c.begin, group, tile_l, tile_s].to(torch.float32)
+            dA_l = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_l]
+            weights = weights * torch.exp(torch.clamp(dA_l[:, None] - dA_s[None, :], max=0.0))
+            keep = (tile_l.index[:, None] >= tile_s.index[None, :]) & valid_l[:, None]
+            weights = torch.where(keep, weights, 0.0)
+            dys = hl.load(dy, [tile_b.begin, pos_l, tile_h.begin, tile_p], extra_mask=valid_l[:, None])
+            acc = hl.dot(weights.T.to(dys.dtype), dys, acc=acc)
+        xs = hl.load(x, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None]).to(torch.float32)
+        hl.atomic_add(ddt, [tile_b.begin, tile_h.begin, tile_c.begin, tile_s], torch.sum(acc * xs, dim=1))
+        grad = acc * dt_s[:, None]
+        if D is not None:
+            dy_s = hl.load(dy, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None])
+            dy_s = dy_s.to(torch.float32)
+            if D.ndim == 2:
+                grad = grad + dy_s * D[tile_h.begin, tile_p].to(torch.float32)[None, :]
+            else:
+                grad = grad + dy_s * D[tile_h.begin].to(torch.float32)
+            hl.atomic_add(dD, [tile_h.begin, tile_p], torch.sum(dy_s * xs, dim=0))
+        hl.store(dx, [tile_b.begin, pos_s, tile_h.begin, tile_p], grad.to(dx.dtype), extra_mask=valid_s[:, None])
+    return dx
+
+
+@helion.kernel(**_DOT)
+def dcb_kernel(
+    x: torch.Tensor,
+    dy: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    cb: torch.Tensor,
+    seq_idx: torch.Tensor | None,
+    dcb: torch.Tensor,
+    ddA: torch.Tensor,
+) -> None:
+    """Adds each head's dCB[l, s] = dt_s exp(a_l - a_s) dy_l . x_s (causal, same sequence) into dcb (batch,
+    nchunks, ngroups, chunk_size, chunk_size) and its rows' sum_s dCB_h CB into ddA (batch, nheads, nchunks,
+    chunk_size); both fp32, zeroed. One program per (batch, chunk, head, row block l, column block s)."""
+    batch, seqlen, nheads, headdim = x.shape
+    ngroups = cb.shape[2]
+    nchunks, chunk_size = dt.shape[2], dt.shape[3]
+    heads_per_group = nheads // ngroups
+    for tile_b, tile_c, tile_h, tile_l, tile_s in hl.tile([batch, nchunks, nheads, chunk_size, chunk_size],
+                                                          block_size=[1, 1, 1, None, None]):
+        group = tile_h.begin // heads_per_group
+        start = tile_c.begin * chunk_size
+        pos_l = start + tile_l.index
+        pos_s = start + tile_s.index
+        valid_l = pos_l < seqlen
+        valid_s = pos_s < seqlen
+        acc = hl.zeros([tile_l, tile_s], dtype=torch.float32)
+        for tile_p in hl.tile(headdim):
+            dys = hl.load(dy, [tile_b.begin, pos_l, tile_h.begin, tile_p], extra_mask=valid_l[:, None])
+            xs = hl.load(x, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None])
+            acc = hl.dot(dys, xs.T, acc=acc)
+        dA_l = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_l]
+        dA_s = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
+        dt_s = dt[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
+        acc = acc * torch.exp(torch.clamp(dA_l[:, None] - dA_s[None, :], max=0.0)) * dt_s[None, :]
+        keep = (tile_l.index[:, None] >= tile_s.index[None, :]) & valid_l[:, None] & valid_s[None, :]
+        if seq_idx is not None:
+            seq_l = hl.load(seq_idx, [tile_b.begin, pos_l], extra_mask=valid_l)
+            seq_s = hl.load(seq_idx, [tile_b.begin, pos_s], extra_mask=valid_s)
+            keep = keep & (seq_l[:, None] == seq_s[None, :])
+        acc = torch.where(keep, acc, 0.0)
+        hl.atomic_add(dcb, [tile_b.begin, tile_c.begin, group, tile_l, tile_s], acc)
+        weights = cb[tile_b.begin, tile_c.begin, group, tile_l, tile_s].to(torch.float32)
+        hl.atomic_add(ddA, [tile_b.begin, tile_h.begin, tile_c.begin, tile_l], torch.sum(acc * weights, dim=1))
+
+
+@helion.kernel(**_DOT)
+def dc_kernel(
+    dy: torch.Tensor,
+    states: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    C: torch.Tensor,
+    B: torch.Tensor,
+    dcb: torch.Tensor,
+    seq_idx: torch.Tensor | None,
+    ddA: torch.Tensor,
+) -> torch.Tensor:
+    """dC (C.dtype, like C); adds each head's C_l . (exp(a_l) m_l dy_l H_c) into ddA (fp32). One program per
+    (batch, chunk, group, row block l, dstate block), looping over the group's heads and headdim, then over
+    the columns s <= l of dCB."""
+    batch, seqlen, nheads, headdim = dy.shape
+    ngroups, dstate = C.shape[2], C.shape[3]
+    nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
+    heads_per_group = nheads // ngroups
+    dC = torch.empty_like(C)
+    for tile_b, tile_c, tile_g, tile_l, tile_n in hl.tile([batch, nchunks, ngroups, chunk_size, dstate],
+                                                          block_size=[1, 1, 1, None, None]):
+        start = tile_c.begin * chunk_size
+        pos_l = start + tile_l.index
+        valid_l = pos_l < seqlen
+        mask_l = valid_l
+        if seq_idx is not None:
+            seq_l = hl.load(seq_idx, [tile_b.begin, pos_l], extra_mask=valid_l)
+            prev_pos = pos_l - tile_l.index - 1
+            seq_prev = hl.load(seq_idx, [tile_b.begin, prev_pos], extra_mask=prev_pos >= 0)
+            mask_l = valid_l & (seq_l == seq_prev)
+        cs = hl.load(C, [tile_b.begin, pos_l, tile_g.begin, tile_n], extra_mask=valid_l[:, None]).to(torch.float32)
+        acc = hl.zeros([tile_l, tile_n], dtype=torch.float32)
+        for tile_h in hl.tile(tile_g.begin * heads_per_group, tile_g.begin * heads_per_group + heads_per_group,
+                              block_size=1):
+            part = hl.zeros([tile_l, tile_n], dtype=torch.float32)
+            for tile_p in hl.tile(headdim):
+                dys = hl.load(dy, [tile_b.begin, pos_l, tile_h.begin, tile_p], extra_mask=valid_l[:, None])
+                hs = states[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n].to(dys.dtype)
+                part = hl.dot(dys, hs, acc=part)
+            scale = torch.exp(dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_l])
+            part = part * torch.where(mask_l, scale, 0.0)[:, None]
+            acc = acc + part
+            hl.atomic_add(ddA, [tile_b.begin, tile_h.begin, tile_c.begin, tile_l], torch.sum(part * cs, dim=1))
+        for tile_s in hl.tile(0, tile_l.end):
+            pos_s = start + tile_s.index
+            bs = hl.load(B, [tile_b.begin, pos_s, tile_g.begin, tile_n], extra_mask=(pos_s < seqlen)[:, None])
+            weights = dcb[tile_b.begin, tile_c.begin, tile_g.begin, tile_l, tile_s]
+            acc = hl.dot(weights.to(bs.dtype), bs, acc=acc)
+        hl.store(dC, [tile_b.begin, pos_l, tile_g.begin, tile_n], acc.to(dC.dtype), extra_mask=valid_l[:, None])
+    return dC
+
+
+@helion.kernel(**_DOT)
+def db_kernel(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    dS: torch.Tensor,
+    C: torch.Tensor,
+    dcb: torch.Tensor,
+    seq_idx: torch.Tensor | None,
+) -> torch.Tensor:
+    """dB (C.dtype, like C). One program per (batch, chunk, group, row block s, dstate block), looping over
+    the group's heads and headdim (the chunk-state path), then over the rows l >= s of dCB."""
+    batch, seqlen, nheads, headdim = x.shape
+    ngroups, dstate = C.shape[2], C.shape[3]
+    nchunks, chunk_size = dt.shape[2], dt.shape[3]
+    heads_per_group = nheads // ngroups
+    dB = torch.empty_like(C)
+    for tile_b, tile_c, tile_g, tile_s, tile_n in hl.tile([batch, nchunks, ngroups, chunk_size, dstate],
+                                                          block_size=[1, 1, 1, None, None]):
+        start = tile_c.begin * chunk_size
+        pos_s = start + tile_s.index
+        valid_s = pos_s < seqlen
+        keep_s = valid_s
+        if seq_idx is not None:
+            seq_last = seq_idx[tile_b.begin, min(start + chunk_size, seqlen) - 1]
+            seq_s = hl.load(seq_idx, [tile_b.begin, pos_s], extra_mask=valid_s)
+            keep_s = valid_s & (seq_s == seq_last) & (seq_last >= 0)
+        acc = hl.zeros([tile_s, tile_n], dtype=torch.float32)
+        for tile_h in hl.tile(tile_g.begin * heads_per_group, tile_g.begin * heads_per_group + heads_per_group,
+                              block_size=1):
+            part = hl.zeros([tile_s, tile_n], dtype=torch.float32)
+            for tile_p in hl.tile(headdim):
+                xs = hl.load(x, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None])
+                ds = dS[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n].to(xs.dtype)
+                part = hl.dot(xs, ds, acc=part)
+            dA_s = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
+            dA_last = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, chunk_size - 1]
+            scale = torch.exp(torch.clamp(dA_last - dA_s, max=0.0)) * dt[tile_b.begin, tile_h.begin, tile_c.begin,
+                                                                           tile_s]
+            acc = acc + part * torch.where(keep_s, scale, 0.0)[:, None]
+        for tile_l in hl.tile(tile_s.begin, chunk_size):
+            pos_l = start + tile_l.index
+            cs = hl.load(C, [tile_b.begin, pos_l, tile_g.begin, tile_n], extra_mask=(pos_l < seqlen)[:, None])
+            weights = dcb[tile_b.begin, tile_c.begin, tile_g.begin, tile_l, tile_s]
+            acc = hl.dot(weights.T.to(cs.dtype), cs, acc=acc)
+        hl.store(dB, [tile_b.begin, pos_s, tile_g.begin, tile_n], acc.to(dB.dtype), extra_mask=valid_s[:, None])
+    return dB
+
+
+KERNELS = ("bwd_dstates", "bwd_state_passing", "bwd_dx", "bwd_dcb", "bwd_dc", "bwd_db")
+"""The backward's keys in the combined op's config (one Helion config each; missing means the default)."""
+
+CONFIGS: list[dict[str, Any]] = [
+    {"bwd_dstates": {"block_sizes": [16, 16, 16], "num_warps": 4},
+     "bwd_state_passing": {"block_sizes": [64], "num_warps": 1},
+     "bwd_dx": {"block_sizes": [16, 16, 16, 16], "num_warps": 4},
+     "bwd_dcb": {"block_sizes": [16, 16, 16], "num_warps": 4},
+     "bwd_dc": {"block_sizes": [16, 16, 16, 16], "num_warps": 4},
+     "bwd_db": {"block_sizes": [16, 16, 16, 16], "num_warps": 4}},
+    {"bwd_dstates": {"block_sizes": [16, 32, 32], "num_warps": 8},
+     "bwd_state_passing": {"block_sizes": [16], "num_warps": 2},
+     "bwd_dx": {"block_sizes": [32, 16, 32, 16], "num_warps": 8},
+     "bwd_dcb": {"block_sizes": [32, 16, 16], "num_warps": 8},
+     "bwd_dc": {"block_sizes": [32, 16, 16, 16], "num_warps": 8},
+     "bwd_db": {"block_sizes": [16, 32, 16, 32], "num_warps": 8}},
+]
+"""Explicit configs for the CPU parity tests (block_sizes follow each kernel's tile order: dstates [headdim,
+dstate, rows]; state_passing [dim]; dx [rows, headdim, dstate, rows l]; dcb [rows, columns, headdim]; dc and
+db [rows, dstate, headdim, rows of dCB]). The first has several row blocks per chunk at the CI shapes, the
+second row blocks wider than the column blocks and blocks wider than headdim."""
+
+
+def ssd_combined_bwd(
+    dout: torch.Tensor,
+    dfinal_states: torch.Tensor | None,
+    saved: Mapping[str, Any],
+    fwd: Mapping[str, torch.Tensor],
+    configs: Mapping[str, ConfigLike],
+) -> dict[str, torch.Tensor | None]:
+    """Gradients of mamba_chunk_scan_combined's inputs from dout (like x) and dfinal_states (fp32, or None).
+    ``saved``: the forward's inputs (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size,
+    dt_softplus, dt_limit, out_x); ``fwd``: the recomputed dA_cumsum, dt_out, chunk states S (fp32, flat
+    (b, c, h, p*n)), entering states H (fp32, flat), final states (fp32, flat) and cb (fp32)."""
+    x, B, C, D, z, seq_idx = (saved[k] for k in ("x", "B", "C", "D", "z", "seq_idx"))
+    batch, seqlen, nheads, headdim = x.shape
+    dstate = B.shape[-1]
+    dA_cumsum, dt_out = fwd["dA_cumsum"], fwd["dt_out"]
+    nchunks, chunk_size = dt_out.shape[2:]
+    grads: dict[str, torch.Tensor | None] = {}
+    if z is not None:  # out = y * silu(z): the gate's gradient, and dy
+        zf, y = z.float(), saved["out_x"].float()
+        sig = torch.sigmoid(zf)
+        dout_f = dout.float()
+        grads["z"] = (dout_f * y * sig * (1 + zf * (1 - sig))).to(z.dtype)
+        dy = (dout_f * zf * sig).to(x.dtype)
+    else:
+        dy = dout.to(x.dtype)
+    dy = dy.contiguous()
+
+    dH = launch(dstates_kernel, (dy, C, dA_cumsum, seq_idx), configs.get("bwd_dstates"))
+    ddA_rev = torch.zeros(batch, nheads, max(2, triton.next_power_of_2(nchunks)) + 1, dtype=torch.float32,
+                          device=x.device)
+    dS, dinitial = launch(state_passing_bwd_kernel, (
+        dH.reshape(batch, nchunks, nheads, headdim * dstate), fwd["states"], fwd["final_states"],
+        None if dfinal_states is None else dfinal_states.reshape(batch, nheads, headdim * dstate),
+        dA_cumsum[:, :, :, -1].contiguous(), seq_idx, ddA_rev, chunk_size,
+        max(2, triton.next_power_of_2(nchunks))), configs.get("bwd_state_passing"))
+    del dH
+    dS = dS.reshape(batch, nchunks, nheads, headdim, dstate)
+    ddt = torch.zeros_like(dt_out)
+    dD = torch.zeros(nheads, headdim, dtype=torch.float32, device=x.device)
+    grads["x"] = launch(dx_kernel, (x, dy, dt_out, dA_cumsum, B, fwd["cb"], dS, D, seq_idx, ddt, dD),
+                        configs.get("bwd_dx"))
+    dcb = torch.zeros_like(fwd["cb"])
+    ddA = torch.zeros_like(dA_cumsum)
+    launch(dcb_kernel, (x, dy, dt_out, dA_cumsum, fwd["cb"], seq_idx, dcb, ddA), configs.get("bwd_dcb"))
+    states = fwd["states"].reshape(batch, nchunks, nheads, headdim, dstate)
+    grads["C"] = launch(dc_kernel, (dy, states, dA_cumsum, C, B, dcb, seq_idx, ddA), configs.get("bwd_dc"))
+    grads["B"] = launch(db_kernel, (x, dt_out, dA_cumsum, dS, C, dcb, seq_idx), configs.get("bwd_db"))
+
+    # d dA_cumsum: the terms above, minus dt * ddt where a_s decays, plus the chunk totals' gradient.
+    ddA = ddA - dt_out * ddt
+    ddA[:, :, :, -1] += ddA_rev[:, :, :nchunks].flip(-1)
+    ddA = ddA.flip(-1).cumsum(-1).flip(-1)  # through the cumsum inside each chunk
+    A = saved["A"]
+    ddt = ddt + ddA * A.float()[None, :, None, None]
+    grads["A"] = (ddA * dt_out).sum((0, 2, 3)).to(A.dtype)
+    grads.update(_dt_grads(ddt, saved, seqlen))
+    if D is not None:
+        grads["D"] = (dD if D.dim() == 2 else dD.sum(-1)).to(D.dtype)
+    init = saved["initial_states"]
+    if init is not None:
+        grads["initial_states"] = dinitial.reshape(init.shape).to(init.dtype)
+    return grads
+
+
+def _dt_grads(ddt_chunked: torch.Tensor, saved: Mapping[str, Any], seqlen: int) -> dict[str, torch.Tensor]:
+    """ddt and ddt_bias from the gradient of the processed, chunked dt: back through the layout, the clamp
+    to dt_limit (gradient kept where the clamp is inactive or at its bound, as torch.clamp does), softplus
+    (applied where dt + bias <= 20) and the bias."""
+    dt, dt_bias = saved["dt"], saved["dt_bias"]
+    batch, nheads = ddt_chunked.shape[:2]
+    grad = ddt_chunked.permute(0, 2, 3, 1).reshape(batch, -1, nheads)[:, :seqlen]
+    d = dt.float() if dt_bias is None else dt.float() + dt_bias.float()
+    processed = d
+    if saved["dt_softplus"]:
+        processed = torch.where(d <= 20.0, F.softplus(d), d)
+        grad = grad * torch.where(d <= 20.0, torch.sigmoid(d), 1.0)
+    low, high = saved["dt_limit"]
+    grad = torch.where((processed >= low) & (processed <= high), grad, 0.0)
+    grads = {"dt": grad.to(dt.dtype)}
+    if dt_bias is not None:
+        grads["dt_bias"] = grad.sum((0, 1)).to(dt_bias.dtype)
+    return grads
