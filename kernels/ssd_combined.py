@@ -31,6 +31,45 @@ CONFIGS: list[dict[str, Any]] = [
 """Explicit configs for the CPU parity tests: each kernel's CONFIGS[0], then each kernel's CONFIGS[1]."""
 
 
+def store_bucket(headdim: int, dstate: int, chunk_size: int, heads_per_group: int) -> str:
+    """The config-store shape bucket of a call: configs are promoted per (headdim, dstate, chunk_size, heads
+    per group); batch and seqlen vary freely."""
+    return f"p{headdim}-n{dstate}-cs{chunk_size}-hpg{heads_per_group}"
+
+
+def _promoted(x: torch.Tensor, B: torch.Tensor, chunk_size: int) -> Mapping[str, ConfigLike] | None:
+    """The config promoted for this GPU, dtype and bucket (parity.store; never autotunes). None on CPU or
+    without an entry: then every kernel runs its default config (the store warns once)."""
+    if x.device.type != "cuda":
+        return None
+    from parity.store import promoted_config
+
+    bucket = store_bucket(x.shape[3], B.shape[3], chunk_size, x.shape[2] // B.shape[2])
+    return promoted_config("ssd_combined", f"{__name__}:mamba_chunk_scan_combined",
+                           str(x.dtype).removeprefix("torch."), bucket, "cuda")
+
+
+def tuning_configs(inputs: Mapping[str, Any], count: int) -> list[dict[str, Any]]:
+    """Candidates for ``parity tune`` on the GPU: one block size for every chunk-row, column and dstate tile of
+    the scan, state and backward kernels (the whole headdim in one tile), with warps and pipeline stages,
+    the first ``count`` in a fixed order. chunk_cumsum keeps its default config."""
+    headdim = inputs["x"].shape[-1]
+    grid = [(64, 4, 2), (64, 4, 3), (128, 8, 2), (32, 4, 2), (64, 8, 3), (128, 4, 2), (32, 2, 3), (128, 8, 3)]
+    configs = []
+    for blk, warps, stages in grid[:count]:
+        def cfg(*sizes: int, warps: int = warps, stages: int = stages) -> dict[str, Any]:
+            return {"block_sizes": list(sizes), "num_warps": warps, "num_stages": stages}
+
+        configs.append({
+            "chunk_state": cfg(headdim, blk, blk), "bmm_chunk": cfg(blk, blk, 64),
+            "chunk_scan": cfg(blk, headdim, blk, blk), "state_passing": {"block_sizes": [64], "num_warps": 1},
+            "bwd_dstates": cfg(headdim, blk, blk), "bwd_state_passing": {"block_sizes": [64], "num_warps": 1},
+            "bwd_dx": cfg(blk, headdim, blk, blk), "bwd_dcb": cfg(blk, blk, headdim),
+            "bwd_dc": cfg(blk, blk, headdim, blk), "bwd_db": cfg(blk, blk, headdim, blk),
+        })
+    return configs
+
+
 def _op_configs(config: Mapping[str, ConfigLike] | None) -> dict[str, ConfigLike]:
     """{op: config or None} from the combined config, rejecting unknown op names."""
     config = dict(config or {})
@@ -139,8 +178,8 @@ def mamba_chunk_scan_combined(
     Returns out (x.dtype), then final_states (b, h, p, n, fp32) if return_final_states, then varlen_states
     (nseq, h, p, n, C.dtype, not differentiable) if return_varlen_states, as mamba-ssm does. Differentiable
     in x, dt, A, B, C, D, z, dt_bias and initial_states (gradients in each input's dtype). config maps kernel
-    name (see :data:`OPS`) -> that kernel's Helion config."""
-    configs = _op_configs(config)
+    name (see :data:`OPS`) -> that kernel's Helion config; None means the config promoted to the store for
+    this GPU (see :func:`_promoted`)."""
     batch, seqlen, nheads, headdim = x.shape
     if B.dim() != 4 or B.shape[:2] != (batch, seqlen):
         raise ValueError(f"B must be (batch={batch}, seqlen={seqlen}, ngroups, dstate), got {tuple(B.shape)}")
@@ -158,6 +197,7 @@ def mamba_chunk_scan_combined(
         if batch != 1:
             raise ValueError("passing cu_seqlens to get the varlen states is only supported if batch is 1")
     x, z, B, C, D = (_last_dim_contiguous(t) for t in (x, z, B, C, D))
+    configs = _op_configs(_promoted(x, B, chunk_size) if config is None else config)
     out, final_states, *varlen = MambaChunkScanCombinedFn.apply(
         x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus,
         tuple(dt_limit), return_varlen_states, configs)

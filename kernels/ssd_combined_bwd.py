@@ -199,42 +199,47 @@ def dcb_kernel(
     dA_cumsum: torch.Tensor,
     cb: torch.Tensor,
     seq_idx: torch.Tensor | None,
-    dcb: torch.Tensor,
     ddA: torch.Tensor,
-) -> None:
-    """Adds each head's dCB[l, s] = dt_s exp(a_l - a_s) dy_l . x_s (causal, same sequence) into dcb (batch,
-    nchunks, ngroups, chunk_size, chunk_size) and its rows' sum_s dCB_h CB into ddA (batch, nheads, nchunks,
-    chunk_size); both fp32, zeroed. One program per (batch, chunk, head, row block l, column block s)."""
+) -> torch.Tensor:
+    """dcb (batch, nchunks, ngroups, chunk_size, chunk_size) fp32: sum over the group's heads of
+    dCB_h[l, s] = dt_s exp(a_l - a_s) dy_l . x_s (causal, same sequence); adds each head's row sums
+    sum_s dCB_h CB into ddA (batch, nheads, nchunks, chunk_size; fp32, zeroed). One program per (batch, chunk,
+    group, row block l, column block s), looping over the group's heads (no atomics on dcb)."""
     batch, seqlen, nheads, headdim = x.shape
     ngroups = cb.shape[2]
     nchunks, chunk_size = dt.shape[2], dt.shape[3]
     heads_per_group = nheads // ngroups
-    for tile_b, tile_c, tile_h, tile_l, tile_s in hl.tile([batch, nchunks, nheads, chunk_size, chunk_size],
+    dcb = torch.empty_like(cb)
+    for tile_b, tile_c, tile_g, tile_l, tile_s in hl.tile([batch, nchunks, ngroups, chunk_size, chunk_size],
                                                           block_size=[1, 1, 1, None, None]):
-        group = tile_h.begin // heads_per_group
         start = tile_c.begin * chunk_size
         pos_l = start + tile_l.index
         pos_s = start + tile_s.index
         valid_l = pos_l < seqlen
         valid_s = pos_s < seqlen
-        acc = hl.zeros([tile_l, tile_s], dtype=torch.float32)
-        for tile_p in hl.tile(headdim):
-            dys = hl.load(dy, [tile_b.begin, pos_l, tile_h.begin, tile_p], extra_mask=valid_l[:, None])
-            xs = hl.load(x, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None])
-            acc = hl.dot(dys, xs.T, acc=acc)
-        dA_l = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_l]
-        dA_s = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
-        dt_s = dt[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
-        acc = acc * torch.exp(torch.clamp(dA_l[:, None] - dA_s[None, :], max=0.0)) * dt_s[None, :]
         keep = (tile_l.index[:, None] >= tile_s.index[None, :]) & valid_l[:, None] & valid_s[None, :]
         if seq_idx is not None:
             seq_l = hl.load(seq_idx, [tile_b.begin, pos_l], extra_mask=valid_l)
             seq_s = hl.load(seq_idx, [tile_b.begin, pos_s], extra_mask=valid_s)
             keep = keep & (seq_l[:, None] == seq_s[None, :])
-        acc = torch.where(keep, acc, 0.0)
-        hl.atomic_add(dcb, [tile_b.begin, tile_c.begin, group, tile_l, tile_s], acc)
-        weights = cb[tile_b.begin, tile_c.begin, group, tile_l, tile_s].to(torch.float32)
-        hl.atomic_add(ddA, [tile_b.begin, tile_h.begin, tile_c.begin, tile_l], torch.sum(acc * weights, dim=1))
+        weights = cb[tile_b.begin, tile_c.begin, tile_g.begin, tile_l, tile_s].to(torch.float32)
+        total = hl.zeros([tile_l, tile_s], dtype=torch.float32)
+        for tile_h in hl.tile(tile_g.begin * heads_per_group, tile_g.begin * heads_per_group + heads_per_group,
+                              block_size=1):
+            acc = hl.zeros([tile_l, tile_s], dtype=torch.float32)
+            for tile_p in hl.tile(headdim):
+                dys = hl.load(dy, [tile_b.begin, pos_l, tile_h.begin, tile_p], extra_mask=valid_l[:, None])
+                xs = hl.load(x, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None])
+                acc = hl.dot(dys, xs.T, acc=acc)
+            dA_l = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_l]
+            dA_s = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
+            dt_s = dt[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
+            acc = acc * torch.exp(torch.clamp(dA_l[:, None] - dA_s[None, :], max=0.0)) * dt_s[None, :]
+            acc = torch.where(keep, acc, 0.0)
+            total = total + acc
+            hl.atomic_add(ddA, [tile_b.begin, tile_h.begin, tile_c.begin, tile_l], torch.sum(acc * weights, dim=1))
+        dcb[tile_b.begin, tile_c.begin, tile_g.begin, tile_l, tile_s] = total
+    return dcb
 
 
 @helion.kernel(**_DOT)
@@ -402,9 +407,8 @@ def ssd_combined_bwd(
     dD = torch.zeros(nheads, headdim, dtype=torch.float32, device=x.device)
     grads["x"] = launch(dx_kernel, (x, dy, dt_out, dA_cumsum, B, fwd["cb"], dS, D, seq_idx, ddt, dD),
                         configs.get("bwd_dx"))
-    dcb = torch.zeros_like(fwd["cb"])
     ddA = torch.zeros_like(dA_cumsum)
-    launch(dcb_kernel, (x, dy, dt_out, dA_cumsum, fwd["cb"], seq_idx, dcb, ddA), configs.get("bwd_dcb"))
+    dcb = launch(dcb_kernel, (x, dy, dt_out, dA_cumsum, fwd["cb"], seq_idx, ddA), configs.get("bwd_dcb"))
     states = fwd["states"].reshape(batch, nchunks, nheads, headdim, dstate)
     grads["C"] = launch(dc_kernel, (dy, states, dA_cumsum, C, B, dcb, seq_idx, ddA), configs.get("bwd_dc"))
     grads["B"] = launch(db_kernel, (x, dt_out, dA_cumsum, dS, C, dcb, seq_idx), configs.get("bwd_db"))

@@ -369,7 +369,15 @@ SSD_FLOPS["ssd_combined"] = lambda p: sum(f(p) for k, f in SSD_FLOPS.items() if 
 
 def ssd_bucket(p: Problem) -> str:
     """Configs are promoted per (headdim, dstate, chunk_size, heads per group); seqlen and batch vary."""
-    return f"p{p['headdim']}-n{p['dstate']}-cs{p['chunk_size']}-hpg{p['nheads'] // p['ngroups']}"
+    from kernels.ssd_combined import store_bucket
+
+    return store_bucket(p["headdim"], p["dstate"], p["chunk_size"], p["nheads"] // p["ngroups"])
+
+
+def _ssd_tuning_configs(inputs: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    from kernels.ssd_combined import tuning_configs
+
+    return tuning_configs(inputs, count)
 
 
 for _name, (_fn, _inputs, _outputs, _grads, _features) in SSD_OPS.items():
@@ -386,7 +394,8 @@ for _name, (_fn, _inputs, _outputs, _grads, _features) in SSD_OPS.items():
         relayout_inputs=("x", "dt", "B", "C", "z") if _name == "ssd_combined" else (),
         # The combined op interprets five kernels forward and backward: on CPU one generated problem on
         # top of the three pinned ones keeps the suite within its 10 minutes.
-        extra={"flops": SSD_FLOPS[_name], "max_examples": {"ci": 1} if _name == "ssd_combined" else {}},
+        extra={"flops": SSD_FLOPS[_name], "max_examples": {"ci": 1} if _name == "ssd_combined" else {},
+               **({"tuning_configs": _ssd_tuning_configs} if _name == "ssd_combined" else {})},
         **_impls(_name, _fn),
     ))
 

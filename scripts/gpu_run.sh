@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the offline H200: install the carried wheels, then run the GPU tests and/or the
 # benchmarks, writing logs and JSON under $OUT (default ./gpu-out). Usage:
-#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [e2e]     (default: tests parity bench)
+#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [e2e] [ssd]     (default: tests parity bench)
+# ssd: tune + gate + promote the SSD kernels at the Nemotron shape (the mixer step then loads that config).
 # mixer: the Nemotron mixer (SSD combined + gated RMSNorm) fwd/fwd+bwd/peak memory and the RMSNorm bwd, vs mamba-ssm
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,8 +19,8 @@ status=0
 for step in $steps; do
   case $step in
     tests)   # GPU-marked tests at realistic shapes (Nemotron mixer shape included)
-      timeout "${TESTS_TIMEOUT:-900}" python3 -m pytest -n 0 -p no:cacheprovider -m gpu --parity-device cuda -q -rA \
-        2>&1 | tee "$OUT/gpu-tests.log" || status=1 ;;
+      timeout "${TESTS_TIMEOUT:-900}" python3 -m pytest -n 0 -p no:cacheprovider -m gpu --parity-device cuda -v -s -rA \
+        ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tee "$OUT/gpu-tests.log" || status=1 ;;
     parity)  # every registered op and implementation, compiled, gpu hypothesis profile, all dtypes
       python3 -m parity check --device cuda --profile gpu --examples "${PARITY_EXAMPLES:-6}" \
         --json "$OUT/parity-cuda.json" 2>&1 | tee "$OUT/parity-cuda.log" || status=1 ;;
@@ -39,6 +40,15 @@ for step in $steps; do
         && python3 bench/train_step.py; } 2>&1 | tee "$OUT/e2e.log" || status=1
       cp configs/*/layernorm_gated.json "$OUT/store-layernorm_gated.json" 2>/dev/null
       rm -rf "$OUT/tuned" ;;
+    ssd)     # tune the SSD kernels (fwd+bwd at the Nemotron shape), gate + promote the fastest passing config
+      { timeout "${SSD_TUNE_TIMEOUT:-300}" python3 -m parity tune ssd_combined --device cuda \
+          --trials "${SSD_TRIALS:-8}" --keep 1 --out "$OUT/tuned-ssd" --shape "$(python3 -c \
+          'import json; from reference.specs import NEMOTRON; print(json.dumps(NEMOTRON))')" \
+        && python3 -m parity promote ssd_combined --device cuda --config "$OUT/tuned-ssd/ssd_combined-0.json" \
+          --dtype bfloat16 --examples "${GATE_EXAMPLES:-4}"; } 2>&1 | tee "$OUT/ssd-tune.log" || status=1
+      cp configs/*/ssd_combined.json "$OUT/store-ssd_combined.json" 2>/dev/null
+      cp "$OUT/tuned-ssd/ssd_combined-0.json" "$OUT/ssd-tuned-config.json" 2>/dev/null
+      rm -rf "$OUT/tuned-ssd" ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
 done

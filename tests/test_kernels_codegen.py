@@ -20,7 +20,16 @@ import pytest
 import torch
 from helion.runtime.kernel import BoundKernel
 
-from kernels import bmm_chunk, chunk_cumsum, chunk_scan, chunk_state, layernorm_gated, state_passing
+from kernels import (
+    bmm_chunk,
+    chunk_cumsum,
+    chunk_scan,
+    chunk_state,
+    layernorm_gated,
+    ssd_combined,
+    ssd_combined_bwd,
+    state_passing,
+)
 from kernels.chunk_cumsum import as_config
 
 
@@ -176,6 +185,44 @@ def _layer_norm_bwd_args(case: Case) -> tuple[Any, ...]:
         group_size=group_size, norm_before_gate=norm_before_gate, is_rms_norm=is_rms_norm, recompute_output=True)
 
 
+def _ssd_bwd_args(case: Case) -> dict[str, tuple[Any, ...]]:
+    """The arguments ssd_combined_bwd passes to each backward kernel, for one SSD shape."""
+    batch, seqlen, nheads, ngroups, headdim, dstate, chunk_size = case.shape
+    nchunks = -(-seqlen // chunk_size)
+    block = max(2, 1 << (nchunks - 1).bit_length())
+    x = torch.randn(batch, seqlen, nheads, headdim).to(case.dtype)
+    B, C = (torch.randn(batch, seqlen, ngroups, dstate).to(case.dtype) for _ in range(2))
+    dt = torch.rand(batch, nheads, nchunks, chunk_size)
+    dA = -dt.cumsum(-1)
+    cb = torch.randn(batch, nchunks, ngroups, chunk_size, chunk_size)
+    states = torch.randn(batch, nchunks, nheads, headdim, dstate)
+    seq_idx = _seq_idx(batch, seqlen) if case.options else None
+    D = torch.randn(nheads, headdim) if case.options else torch.randn(nheads)
+    flat = (batch, nchunks, nheads, headdim * dstate)
+    return {
+        "bwd_dstates": (x, C, dA, seq_idx),
+        "bwd_state_passing": (torch.randn(flat), torch.randn(flat), torch.randn(batch, nheads, headdim * dstate),
+                              torch.randn(batch, nheads, headdim * dstate) if case.options else None,
+                              dA[..., -1].contiguous(), seq_idx, torch.zeros(batch, nheads, block + 1), chunk_size,
+                              block),
+        "bwd_dx": (x, x, dt, dA, B, cb, states, D, seq_idx, torch.zeros_like(dt), torch.zeros(nheads, headdim)),
+        "bwd_dcb": (x, x, dt, dA, cb, seq_idx, torch.zeros_like(dA)),
+        "bwd_dc": (x, states, dA, C, B, cb, seq_idx, torch.zeros_like(dA)),
+        "bwd_db": (x, dt, dA, states, C, cb, seq_idx),
+    }
+
+
+# The backward kernels are slow to generate: a ragged and a two-chunk shape, each dtype once with and once
+# without the optional inputs.
+BWD_CASES = [Case(SSD_SHAPES[0], torch.float32, True), Case(SSD_SHAPES[0], torch.bfloat16, False),
+             Case(SSD_SHAPES[3], torch.float32, False), Case(SSD_SHAPES[3], torch.bfloat16, True)]
+
+
+def _bwd_entry(key: str, kernel: helion.Kernel, dots: int | None = None, block_sizes: int | None = None) -> Entry:
+    return Entry(key, kernel, lambda case: _ssd_bwd_args(case)[key], BWD_CASES,
+                 [c[key] for c in ssd_combined_bwd.CONFIGS], dots=dots, block_sizes=block_sizes)
+
+
 ENTRIES = [
     # The chunk axis is an hl.arange inside the program, never a tile: one tunable block size (heads).
     Entry("chunk_cumsum", chunk_cumsum.chunk_cumsum_kernel, _chunk_cumsum_args, _grid(CUMSUM_SHAPES),
@@ -197,6 +244,13 @@ ENTRIES = [
     # Backward: rows per row group (the nrow_groups knob), rows at a time.
     Entry("layer_norm_bwd", layernorm_gated.layer_norm_bwd_kernel, _layer_norm_bwd_args, NORM_CASES,
           [c["bwd"] for c in layernorm_gated.CONFIGS], block_sizes=2),
+    # The SSD backward. Its reverse scan, like the forward's, holds every chunk in one program.
+    _bwd_entry("bwd_dstates", ssd_combined_bwd.dstates_kernel, dots=1),
+    _bwd_entry("bwd_state_passing", ssd_combined_bwd.state_passing_bwd_kernel, block_sizes=1),
+    _bwd_entry("bwd_dx", ssd_combined_bwd.dx_kernel, dots=2),
+    _bwd_entry("bwd_dcb", ssd_combined_bwd.dcb_kernel, dots=1),
+    _bwd_entry("bwd_dc", ssd_combined_bwd.dc_kernel, dots=2),
+    _bwd_entry("bwd_db", ssd_combined_bwd.db_kernel, dots=2),
 ]
 
 
@@ -239,3 +293,30 @@ def test_flat_norm_config_is_rejected() -> None:
     x = torch.randn(2, 16)
     with pytest.raises(ValueError, match="fwd"):
         layernorm_gated.layernorm_fn(x, torch.ones(16), None, config={"block_sizes": [4]})
+
+
+GPU_SHAPE = Case((2, 256, 4, 2, 64, 128, 128), torch.bfloat16, True)
+"""A Nemotron-like SSD shape (headdim 64, dstate 128, chunk 128), small enough to bind on CPU."""
+
+
+def test_ssd_tuning_configs_generate_triton() -> None:
+    """Every kernel config of every ``parity tune`` candidate of the combined op generates Triton at a
+    Nemotron-like shape (a malformed candidate would otherwise surface only on the GPU)."""
+    batch, seqlen, nheads, ngroups, headdim, dstate, chunk_size = GPU_SHAPE.shape
+    x = torch.randn(batch, seqlen, nheads, headdim, dtype=GPU_SHAPE.dtype)
+    candidates = ssd_combined.tuning_configs({"x": x}, 8)
+    assert len(candidates) == 8 and len({str(c) for c in candidates}) == 8
+    forward = {"chunk_state": (chunk_state.chunk_state_kernel, _chunk_state_args),
+               "chunk_scan": (chunk_scan.chunk_scan_kernel, _chunk_scan_args),
+               "state_passing": (state_passing.state_passing_kernel, _state_passing_args),
+               "bmm_chunk": (bmm_chunk.bmm_chunk_kernel, _bmm_chunk_args)}
+    shapes = {"state_passing": (batch, seqlen, nheads, headdim * dstate, chunk_size),
+              "bmm_chunk": (batch, seqlen, ngroups, dstate, chunk_size)}
+    bound = {key: kernel.bind(args(Case(shapes.get(key, GPU_SHAPE.shape), GPU_SHAPE.dtype, True)))
+             for key, (kernel, args) in forward.items()}
+    bwd = _ssd_bwd_args(GPU_SHAPE)
+    bound.update({e.name: e.kernel.bind(bwd[e.name]) for e in ENTRIES if e.name in bwd})
+    for candidate in candidates:
+        assert set(candidate) <= set(ssd_combined.OPS)
+        for key, config in candidate.items():
+            assert "@triton.jit" in bound[key].to_triton_code(as_config(config)), (key, config)
