@@ -4,6 +4,12 @@ One file per device and op, ``configs/<device>/<op>.json``, holding entries keye
 dtype and shape bucket. Each entry carries the config, the hash of the kernel source it was gated
 with, the helion/triton/torch versions and the gate's evidence. Writes take a lock (two promoters at
 once are safe) and replace the file atomically (an interrupted promote leaves the previous file).
+
+:func:`promoted_config` runs on every forward of a drop-in kernel, so everything it derives is memoized
+in-process: the device key, the library versions, the kernel source hashes and the default root for the
+process lifetime (a kernel edited, or a library upgraded, mid-process is seen after a restart, or after
+:func:`clear_caches`), and each lookup's result for as long as the store file's stat is unchanged (a new
+promotion, which replaces the file, is seen on the next call). The steady-state cost is one ``os.stat``.
 """
 
 from __future__ import annotations
@@ -11,15 +17,19 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import functools
 import hashlib
 import importlib
 import importlib.metadata
 import json
+import os
 import re
+import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from parity.errors import ParityError
@@ -32,35 +42,76 @@ class StaleConfigError(ParityError):
     """A promoted entry no longer matches the kernel source or the library versions."""
 
 
+_DEVICE_KEYS: dict[int, str] = {}
+
+
 def device_key(device: str) -> str:
-    """A file-name-safe key for the current device: GPU name and compute capability, or the CPU."""
+    """A file-name-safe key for the device: GPU name and compute capability, or the CPU. ``"cuda"`` means the
+    current CUDA device, ``"cuda:N"`` device N. Memoized per device index (a GPU's name never changes)."""
     if device == "cpu":
         return "cpu-interpreter"
     import torch
 
-    major, minor = torch.cuda.get_device_capability()
-    name = re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name().lower()).strip("-")
-    return f"{name}-sm{major}{minor}"
+    index = torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    key = _DEVICE_KEYS.get(index)
+    if key is None:
+        major, minor = torch.cuda.get_device_capability(index)
+        name = re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(index).lower()).strip("-")
+        key = _DEVICE_KEYS[index] = f"{name}-sm{major}{minor}"
+    return key
+
+
+@functools.cache
+def _installed_versions() -> tuple[tuple[str, str], ...]:
+    found = []
+    for name in VERSIONED:
+        try:
+            found.append((name, importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            found.append((name, "absent"))
+    return tuple(found)
 
 
 def versions() -> dict[str, str]:
-    """Installed versions of the libraries whose code generation decides what a config computes."""
-    found = {}
-    for name in VERSIONED:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = "absent"
+    """Installed versions of the libraries whose code generation decides what a config computes (looked up
+    once per process: the code running is the code imported at start)."""
+    return dict(_installed_versions())
+
+
+def _package_modules(module: ModuleType) -> dict[str, ModuleType]:
+    """``module`` and every module of its top-level package it reaches through its globals (imported modules,
+    and the modules of imported functions and classes), transitively: the code a kernel entry point runs."""
+    top = module.__name__.partition(".")[0]
+    found: dict[str, ModuleType] = {}
+    stack = [module]
+    while stack:
+        current = stack.pop()
+        if current.__name__ in found:
+            continue
+        found[current.__name__] = current
+        for value in vars(current).values():
+            name = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", None)
+            if isinstance(name, str) and name.partition(".")[0] == top and name not in found:
+                reached = sys.modules.get(name)
+                if reached is not None and getattr(reached, "__file__", None):
+                    stack.append(reached)
     return found
 
 
+@functools.cache
 def source_hash(target: str) -> str:
-    """sha256 of the source file of the module named by ``"module:function"``."""
+    """sha256 over the source files of the module named by ``"module:function"`` and of the modules of its
+    package it uses (so editing a helper kernel module it calls makes its entries stale too). Memoized for
+    the process lifetime: the code that runs is the code imported at start, so a kernel edited mid-process
+    needs a restart (or :func:`clear_caches`) before its entries read as stale."""
     module = importlib.import_module(target.partition(":")[0])
-    path = getattr(module, "__file__", None)
-    if path is None:
+    if getattr(module, "__file__", None) is None:
         raise ParityError(f"{target}: module has no source file to hash")
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    for name, reached in sorted(_package_modules(module).items()):
+        digest.update(name.encode() + b"\0" + Path(reached.__file__).read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def default_root() -> Path:
@@ -153,7 +204,35 @@ class Store:
         return reasons
 
 
-_WARNED: set[tuple[str, ...]] = set()
+_WARNED: set[Key] = set()
+
+Stamp = tuple[int, int, int] | None
+_PROMOTED: dict[tuple[Path, Key], tuple[Path, Stamp, dict[str, Any] | None]] = {}
+"""(store root, key) -> (the store file, its stamp when it was read, the config found there or None)."""
+
+
+@functools.cache
+def _default_store() -> Store:
+    """The runtime's store, rooted once per process (finding the project root costs ~0.1 ms)."""
+    return Store()
+
+
+def _stamp(path: Path) -> Stamp:
+    """(st_mtime_ns, st_ino, st_size) of ``path``, None when absent: an atomic replace or an edit changes it."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_mtime_ns, st.st_ino, st.st_size
+
+
+def clear_caches() -> None:
+    """Forget every memoized device key, version, source hash, default root and lookup (as a restart would)."""
+    _DEVICE_KEYS.clear()
+    _installed_versions.cache_clear()
+    source_hash.cache_clear()
+    _default_store.cache_clear()
+    _PROMOTED.clear()
 
 
 def promoted_config(op: str, target: str, dtype: str, bucket: str, device: str,
@@ -161,21 +240,30 @@ def promoted_config(op: str, target: str, dtype: str, bucket: str, device: str,
     """The promoted config for a runtime call, never autotuning.
 
     No entry: warn once per key and return None (the kernel then uses its documented default).
-    A stale entry (kernel source or library versions changed): StaleConfigError saying how to re-gate.
+    A stale entry (kernel source or library versions changed): StaleConfigError saying how to re-gate, on
+    every call (only passing lookups and missing entries are cached). A cached result is reused while the
+    store file's stat is unchanged. The returned dict is a shallow copy: don't mutate its nested values.
     """
-    store = store or Store()
+    store = store or _default_store()
     key = Key(device_key(device), op, target, dtype, bucket)
+    slot = (store.root, key)
+    cached = _PROMOTED.get(slot)
+    path = store.path(key.device, key.op) if cached is None else cached[0]
+    stamp = _stamp(path)  # taken before reading: a write racing the read leaves a stale stamp, so a re-read
+    if cached is not None and cached[1] == stamp:
+        return None if cached[2] is None else dict(cached[2])
     entry = store.find(key)
     if entry is None:
-        ident = (key.device, op, target, dtype, bucket)
-        if ident not in _WARNED:
-            _WARNED.add(ident)
+        if key not in _WARNED:
+            _WARNED.add(key)
             warnings.warn(f"parity: no promoted config for {op} {dtype} bucket {bucket} on {key.device}; "
                           "using the kernel's default config", stacklevel=2)
+        _PROMOTED[slot] = (path, stamp, None)
         return None
     reasons = store.staleness(entry)
     if reasons:
         raise StaleConfigError(
             f"promoted config for {op} {dtype} bucket {bucket} on {key.device} is stale: {'; '.join(reasons)}. "
             f"Re-gate it: parity promote {op} --config <file with its config> --dtype {dtype}")
+    _PROMOTED[slot] = (path, stamp, entry["config"])
     return dict(entry["config"])

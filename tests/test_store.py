@@ -186,3 +186,24 @@ def test_device_key_asks_cuda_once_per_device(monkeypatch):
     assert [store_mod.device_key("cuda") for _ in range(3)] == ["nvidia-h200-sm90"] * 3
     assert store_mod.device_key("cuda:1") == "nvidia-h200-sm90"
     assert names == [0, 1]
+
+
+def test_editing_a_helper_module_the_kernel_uses_makes_it_stale(tmp_path, monkeypatch):
+    """The hash covers the package modules the entry point reaches (here a helper it imports), not just its file;
+    modules outside its package (torch, ...) are not hashed."""
+    package = tmp_path / "toypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "helper.py").write_text("def launch():\n    return 1\n")
+    (package / "entry.py").write_text("import json\n\nfrom toypkg.helper import launch\n\n\n"
+                                      "def kernel(**kw):\n    return launch()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        before = store_mod.source_hash("toypkg.entry:kernel")
+        assert set(store_mod._package_modules(sys.modules["toypkg.entry"])) == {"toypkg.entry", "toypkg.helper"}
+        (package / "helper.py").write_text("def launch():\n    return 2\n")
+        store_mod.clear_caches()
+        assert store_mod.source_hash("toypkg.entry:kernel") != before
+    finally:
+        for name in ("toypkg", "toypkg.entry", "toypkg.helper"):
+            sys.modules.pop(name, None)
