@@ -20,6 +20,7 @@ A backend that raises is recorded as ``{"error": ...}``, never fatal.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -155,7 +156,8 @@ def bench_mixer_backend(backend: Backend, inputs: dict[str, Any], dev: torch.dev
     return result
 
 
-def bench_mixer(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device) -> dict[str, Any]:
+def bench_mixer(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device,
+                configs: dict[str, Any]) -> dict[str, Any]:
     """Both backends (mamba first, so the baseline is measured even if a Helion kernel breaks the device),
     speedups helion vs mamba, peak-memory ratio and output/gradient differences."""
     from kernels import layernorm_gated as helion_norm
@@ -165,13 +167,16 @@ def bench_mixer(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device) ->
     inputs = mixer_inputs(shape, dtype, dev)
     backends: dict[str, Backend] = {
         "mamba": (mamba_triton.mamba_chunk_scan_combined, mamba_triton.rmsnorm_fn),
-        "helion": (helion_ssd.mamba_chunk_scan_combined, helion_norm.rmsnorm_fn),
+        "helion": (functools.partial(helion_ssd.mamba_chunk_scan_combined, config=configs["ssd"]),
+                   functools.partial(helion_norm.rmsnorm_fn, config=configs["norm"])),
     }
     results: dict[str, dict[str, Any]] = {}
     for name, backend in backends.items():
         if dev.type == "cuda":
             torch.cuda.empty_cache()
         results[name] = bench_mixer_backend(backend, inputs, dev)
+        shown = {k: v for k, v in results[name].items() if k != "_values"}
+        print(f"mixer {name}: {json.dumps(shown)}", flush=True)
     ours, theirs = results["helion"], results["mamba"]
     ours_v, theirs_v = ours.pop("_values", {}), theirs.pop("_values", {})
     return {
@@ -190,20 +195,20 @@ def bench_mixer(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device) ->
 # 2. The gated RMSNorm backward alone
 
 
-def _helion_norm_bwd(x: torch.Tensor, w: torch.Tensor, z: torch.Tensor, dy: torch.Tensor,
-                     gs: int) -> tuple[Callable[[], Any], Any]:
-    """The Helion backward call, configured as rmsnorm_fn would be (the promoted config, else the kernel
-    defaults), after its forward; returns (the call, the backward config)."""
+def _helion_norm_bwd(x: torch.Tensor, w: torch.Tensor, z: torch.Tensor, dy: torch.Tensor, gs: int,
+                     config: dict[str, Any] | None) -> tuple[Callable[[], Any], Any]:
+    """The Helion backward call, configured as rmsnorm_fn would be (``config``, else the promoted config, else
+    the kernel fallbacks), after its forward; returns (the call, the backward config)."""
     from kernels import layernorm_gated as hn
 
-    fwd_cfg, bwd_cfg = hn._split_config(hn._promoted(x, gs))
+    fwd_cfg, bwd_cfg = hn._split_config(hn._promoted(x, gs) if config is None else config)
     _, mean, rstd = hn.layer_norm_fwd(x, w, None, EPS, z=z, group_size=gs, norm_before_gate=False,
                                       is_rms_norm=True, config=fwd_cfg)
     return lambda: hn.layer_norm_bwd(dy, x, w, None, EPS, mean, rstd, z, gs, False, True, config=bwd_cfg), bwd_cfg
 
 
-def _mamba_norm_bwd(x: torch.Tensor, w: torch.Tensor, z: torch.Tensor, dy: torch.Tensor,
-                    gs: int) -> tuple[Callable[[], Any], Any]:
+def _mamba_norm_bwd(x: torch.Tensor, w: torch.Tensor, z: torch.Tensor, dy: torch.Tensor, gs: int,
+                    config: None) -> tuple[Callable[[], Any], Any]:
     """mamba-ssm's ``_layer_norm_bwd`` call after its ``_layer_norm_fwd``, as LayerNormFn makes them."""
     from reference import mamba_triton
 
@@ -215,7 +220,7 @@ def _mamba_norm_bwd(x: torch.Tensor, w: torch.Tensor, z: torch.Tensor, dy: torch
 
 
 def bench_norm_bwd(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device,
-                   ceil: dict[str, float] | None) -> dict[str, Any]:
+                   ceil: dict[str, float] | None, config: dict[str, Any] | None) -> dict[str, Any]:
     """bwd_ms of each backend's gated RMSNorm backward kernel call, speedup, bandwidth floor and fraction of it."""
     from reference import specs
 
@@ -237,7 +242,7 @@ def bench_norm_bwd(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device,
         if dev.type == "cuda":
             torch.cuda.empty_cache()
         try:
-            run, config = make(x, w, z, dy, gs)
+            run, used = make(x, w, z, dy, gs, config if name == "helion" else None)
             dx, dw, _, dz = run()[:4]  # compiles
             values[name] = {"dx": dx.cpu(), "dweight": dw.cpu(), "dz": dz.cpu()}
             del dx, dw, dz
@@ -245,7 +250,8 @@ def bench_norm_bwd(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device,
         except Exception as exc:
             results[name] = {"error": _error(exc)}
             continue
-        results[name] = {"bwd_ms": ms, "config": config}
+        results[name] = {"bwd_ms": ms, "config": used}
+        print(f"norm bwd {name}: {ms:.4f} ms", flush=True)
         if floor_ms is not None:
             results[name]["fraction_of_floor"] = floor_ms / ms
     return {
@@ -260,6 +266,19 @@ def bench_norm_bwd(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device,
 
 # ---------------------------------------------------------------------------------------------
 # Report
+
+
+def _load_config(path: str | None) -> dict[str, Any] | None:
+    """A config from a JSON file (None: let the drop-in use the promoted config)."""
+    if path is None:
+        return None
+    try:
+        config = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SystemExit(f"mixer: cannot read config {path}: {exc}") from exc
+    if not isinstance(config, dict):
+        raise SystemExit(f"mixer: config {path} must be a JSON object")
+    return config
 
 
 def _ceilings() -> dict[str, float]:
@@ -341,7 +360,12 @@ def main() -> int:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="nemotron")
     parser.add_argument("--json", dest="json_path", default=None)
+    parser.add_argument("--ssd-config", default=None,
+                        help="JSON file with the Helion SSD config (default: the promoted one, else the defaults)")
+    parser.add_argument("--norm-config", default=None,
+                        help="JSON file with the Helion gated-norm config (default: the promoted one, else fallbacks)")
     args = parser.parse_args()
+    configs = {"ssd": _load_config(args.ssd_config), "norm": _load_config(args.norm_config)}
     if args.device == "cuda" and not torch.cuda.is_available():
         print("mixer: needs a CUDA GPU (or --device cpu --shape tiny for a smoke test)", file=sys.stderr)
         return 2
@@ -351,10 +375,10 @@ def main() -> int:
         print("mixer: warning: CPU times are one interpreted call each, only a smoke test", file=sys.stderr)
     torch.manual_seed(0)
     ceil = _ceilings() if dev.type == "cuda" else None
-    mixer = bench_mixer(shape, dtype, dev)
+    mixer = bench_mixer(shape, dtype, dev, configs)
     if dev.type == "cuda":
         torch.cuda.empty_cache()
-    norm = bench_norm_bwd(shape, dtype, dev, ceil)
+    norm = bench_norm_bwd(shape, dtype, dev, ceil, configs["norm"])
     targets = {
         name: {"value": value, "target": TARGETS[limit], "verdict": _verdict(value, TARGETS[limit], at_least, dev)}
         for name, value, limit, at_least in (
@@ -365,7 +389,8 @@ def main() -> int:
     print_report(mixer, norm, targets)
     meta = {"command": " ".join([sys.executable.split("/")[-1], *sys.argv]),
             "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else None, "device": args.device,
-            "shape": args.shape, "timing": "do_bench median" if dev.type == "cuda" else "one perf_counter call",
+            "shape": args.shape, "helion_configs": configs,
+            "timing": "do_bench median" if dev.type == "cuda" else "one perf_counter call",
             **_versions(), "ceilings": ceil, "seeds": {"ssd": 0, "norm_z_weight": 1, "dout": 2, "norm_bwd": 3, "dy": 4}}
     if args.json_path:
         payload = {"meta": meta, "targets": targets, "mixer": mixer, "norm_bwd": norm}

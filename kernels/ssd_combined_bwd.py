@@ -9,12 +9,13 @@ output y. The forward is
 (f_c, m_l: the seq_idx masks). The kernels, in order:
   dstates       dH_c = sum_l exp(a_l) m_l dy_l^T C_l                     (grad of y wrt H_c)
   state_passing reverse scan G_c = f_c exp(a_last) G_{c+1} + dH_c, G_nchunks = dfinal: dS_c = G_{c+1},
-                dinitial = G_0, and d a_last = G_{c+1} . H_{c+1} (S_c and the decayed H_c both scale
-                with exp(a_last), so their a_last-gradient is H_{c+1} itself)
+                dinitial = G_0, and d a_last += (G_c - dH_c) . H_c (the chunk decay's gradient)
   dx            dx_s = dt_s (exp(a_last - a_s) B_s dS_c + sum_{l >= s} CB[l, s] exp(a_l - a_s) dy_l) + D dy_s,
-                ddt_s = x_s . (that bracket) and dD; d a_s = -dt_s ddt_s covers every term where a_s decays
+                ddt_s = x_s . (that bracket), dD, and the chunk-state path's V_s = dt_s x_s . (first term):
+                d a_s -= V_s, d a_last += sum_s V_s
   dcb           dCB[l, s] = sum_{h in g} dt_s exp(a_l - a_s) dy_l . x_s (causal, same sequence), and
-                d a_l += sum_s dCB_h[l, s] CB[l, s] (the rows of the intra-chunk term)
+                with W = dCB_h * CB: d a_l += sum_s W[l, s], d a_s -= sum_l W[l, s], both from the same W
+                (they nearly cancel; computed apart, bf16 rounding in one of them showed as 2e-2 error in dA)
   dc            dC_l = sum_{h in g} exp(a_l) m_l dy_l H_c + sum_s dCB[l, s] B_s, d a_l += C_l . (first term)
   db            dB_s = sum_{h in g} exp(a_last - a_s) dt_s x_s dS_c + sum_l dCB[l, s] C_l
 then d a -> a reverse cumsum inside each chunk -> ddt, dA; dt's softplus/clamp -> ddt, ddt_bias.
@@ -74,7 +75,6 @@ def dstates_kernel(dy: torch.Tensor, C: torch.Tensor, dA_cumsum: torch.Tensor,
 def state_passing_bwd_kernel(
     dstates: torch.Tensor,
     states: torch.Tensor,
-    final_states: torch.Tensor,
     dfinal_states: torch.Tensor | None,
     dA_chunk_cumsum: torch.Tensor,
     seq_idx: torch.Tensor | None,
@@ -83,8 +83,8 @@ def state_passing_bwd_kernel(
     chunk_block: hl.constexpr,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dS (batch, nchunks, nheads, dim), dinitial (batch, nheads, dim)), both fp32, from dstates = dH and the
-    forward's states entering each chunk (fp32) and final states. Adds G_{c+1} . H_{c+1} into
-    ddA_rev[b, h, nchunks - 1 - c] (fp32, zeroed, chunk_block + 1 long; flipped by the caller).
+    forward's states entering each chunk (fp32). Adds the gradient of chunk c's decay, f_c exp(a_last)
+    G_{c+1} . H_c, into ddA_rev[b, h, nchunks - 1 - c] (fp32, zeroed, chunk_block long; flipped by the caller).
 
     One program per (batch, head, dim block); scan element k is chunk nchunks - 1 - k, all chunks one
     ``hl.arange(chunk_block)`` (as the forward scan), padded elements (0, 0) after the real ones."""
@@ -108,8 +108,6 @@ def state_passing_bwd_kernel(
         if dfinal_states is not None:
             last = dfinal_states[tile_b.begin, tile_h.begin, tile_d]
             grad = grad + scale * last[None, :]
-            final = final_states[tile_b.begin, tile_h.begin, tile_d]
-            hl.atomic_add(ddA_rev, [tile_b.begin, tile_h.begin, 0], torch.sum(last * final, dim=0))
         else:
             last = hl.zeros([tile_d], dtype=torch.float32)
         # grad[k] = G_c for c = nchunks - 1 - k: the gradient of S_{c - 1}.
@@ -117,8 +115,9 @@ def state_passing_bwd_kernel(
         if nchunks > 1:  # a size-1 chunk index is dropped by Helion and the store mis-shapes
             hl.store(dS, [tile_b.begin, chunk - 1, tile_h.begin, tile_d], grad,
                      extra_mask=(real & (chunk >= 1))[:, None])
+        # f_c exp(a_last) G_{c+1} = G_c - dH_c: its product with H_c is the gradient of chunk c's decay.
         entering = hl.load(states, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None])
-        hl.atomic_add(ddA_rev, [tile_b.begin, tile_h.begin, k + 1], torch.sum(grad * entering, dim=1))
+        hl.atomic_add(ddA_rev, [tile_b.begin, tile_h.begin, k], torch.sum((grad - update) * entering, dim=1))
         dinitial[tile_b.begin, tile_h.begin, tile_d] = torch.sum(torch.where((k == nchunks - 1)[:, None], grad, 0.0),
                                                                  dim=0)
     return dS, dinitial
@@ -136,10 +135,12 @@ def dx_kernel(
     D: torch.Tensor | None,
     seq_idx: torch.Tensor | None,
     ddt: torch.Tensor,
+    ddA_state: torch.Tensor,
     dD: torch.Tensor,
 ) -> torch.Tensor:
-    """dx (x.dtype, like x); adds x_s . bracket into ddt (batch, nheads, nchunks, chunk_size) and dy . x into
-    dD (nheads, headdim) (both fp32, zeroed). One program per (batch, chunk, head, row block s, headdim
+    """dx (x.dtype, like x); adds x_s . bracket into ddt (batch, nheads, nchunks, chunk_size), the chunk-state
+    path's dt_s x_s . (first term) into ddA_state (same shape) and dy . x into dD (nheads, headdim), all fp32,
+    zeroed. One program per (batch, chunk, head, row block s, headdim
     block), looping over dstate (the chunk-state path) and over the rows l >= s (the intra-chunk path)."""
     batch, seqlen, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]
@@ -166,6 +167,9 @@ def dx_kernel(
             ds = dS[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n].to(bs.dtype)
             acc = hl.dot(bs, ds.T, acc=acc)
         acc = acc * torch.where(keep_s, torch.exp(torch.clamp(dA_last - dA_s, max=0.0)), 0.0)[:, None]
+        xs = hl.load(x, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None]).to(torch.float32)
+        hl.atomic_add(ddA_state, [tile_b.begin, tile_h.begin, tile_c.begin, tile_s],
+                      torch.sum(acc * xs, dim=1) * dt_s)
         for tile_l in hl.tile(tile_s.begin, chunk_size):
             pos_l = start + tile_l.index
             valid_l = pos_l < seqlen
@@ -176,7 +180,6 @@ def dx_kernel(
             weights = torch.where(keep, weights, 0.0)
             dys = hl.load(dy, [tile_b.begin, pos_l, tile_h.begin, tile_p], extra_mask=valid_l[:, None])
             acc = hl.dot(weights.T.to(dys.dtype), dys, acc=acc)
-        xs = hl.load(x, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None]).to(torch.float32)
         hl.atomic_add(ddt, [tile_b.begin, tile_h.begin, tile_c.begin, tile_s], torch.sum(acc * xs, dim=1))
         grad = acc * dt_s[:, None]
         if D is not None:
@@ -202,9 +205,10 @@ def dcb_kernel(
     ddA: torch.Tensor,
 ) -> torch.Tensor:
     """dcb (batch, nchunks, ngroups, chunk_size, chunk_size) fp32: sum over the group's heads of
-    dCB_h[l, s] = dt_s exp(a_l - a_s) dy_l . x_s (causal, same sequence); adds each head's row sums
-    sum_s dCB_h CB into ddA (batch, nheads, nchunks, chunk_size; fp32, zeroed). One program per (batch, chunk,
-    group, row block l, column block s), looping over the group's heads (no atomics on dcb)."""
+    dCB_h[l, s] = dt_s exp(a_l - a_s) dy_l . x_s (causal, same sequence); adds each head's row sums of
+    dCB_h CB at l and subtracts its column sums at s in ddA (batch, nheads, nchunks, chunk_size; fp32,
+    zeroed). One program per (batch, chunk, group, row block l, column block s), looping over the group's
+    heads (no atomics on dcb)."""
     batch, seqlen, nheads, headdim = x.shape
     ngroups = cb.shape[2]
     nchunks, chunk_size = dt.shape[2], dt.shape[3]
@@ -237,7 +241,10 @@ def dcb_kernel(
             acc = acc * torch.exp(torch.clamp(dA_l[:, None] - dA_s[None, :], max=0.0)) * dt_s[None, :]
             acc = torch.where(keep, acc, 0.0)
             total = total + acc
-            hl.atomic_add(ddA, [tile_b.begin, tile_h.begin, tile_c.begin, tile_l], torch.sum(acc * weights, dim=1))
+            # The intra-chunk term's decay gradient, rows and columns from the same products (they nearly cancel).
+            products = acc * weights
+            hl.atomic_add(ddA, [tile_b.begin, tile_h.begin, tile_c.begin, tile_l], torch.sum(products, dim=1))
+            hl.atomic_add(ddA, [tile_b.begin, tile_h.begin, tile_c.begin, tile_s], -torch.sum(products, dim=0))
         dcb[tile_b.begin, tile_c.begin, tile_g.begin, tile_l, tile_s] = total
     return dcb
 
@@ -394,18 +401,19 @@ def ssd_combined_bwd(
     dy = dy.contiguous()
 
     dH = launch(dstates_kernel, (dy, C, dA_cumsum, seq_idx), configs.get("bwd_dstates"))
-    ddA_rev = torch.zeros(batch, nheads, max(2, triton.next_power_of_2(nchunks)) + 1, dtype=torch.float32,
+    ddA_rev = torch.zeros(batch, nheads, max(2, triton.next_power_of_2(nchunks)), dtype=torch.float32,
                           device=x.device)
     dS, dinitial = launch(state_passing_bwd_kernel, (
-        dH.reshape(batch, nchunks, nheads, headdim * dstate), fwd["states"], fwd["final_states"],
+        dH.reshape(batch, nchunks, nheads, headdim * dstate), fwd["states"],
         None if dfinal_states is None else dfinal_states.reshape(batch, nheads, headdim * dstate),
         dA_cumsum[:, :, :, -1].contiguous(), seq_idx, ddA_rev, chunk_size,
         max(2, triton.next_power_of_2(nchunks))), configs.get("bwd_state_passing"))
     del dH
     dS = dS.reshape(batch, nchunks, nheads, headdim, dstate)
     ddt = torch.zeros_like(dt_out)
+    ddA_state = torch.zeros_like(dt_out)
     dD = torch.zeros(nheads, headdim, dtype=torch.float32, device=x.device)
-    grads["x"] = launch(dx_kernel, (x, dy, dt_out, dA_cumsum, B, fwd["cb"], dS, D, seq_idx, ddt, dD),
+    grads["x"] = launch(dx_kernel, (x, dy, dt_out, dA_cumsum, B, fwd["cb"], dS, D, seq_idx, ddt, ddA_state, dD),
                         configs.get("bwd_dx"))
     ddA = torch.zeros_like(dA_cumsum)
     dcb = launch(dcb_kernel, (x, dy, dt_out, dA_cumsum, fwd["cb"], seq_idx, ddA), configs.get("bwd_dcb"))
@@ -413,9 +421,10 @@ def ssd_combined_bwd(
     grads["C"] = launch(dc_kernel, (dy, states, dA_cumsum, C, B, dcb, seq_idx, ddA), configs.get("bwd_dc"))
     grads["B"] = launch(db_kernel, (x, dt_out, dA_cumsum, dS, C, dcb, seq_idx), configs.get("bwd_db"))
 
-    # d dA_cumsum: the terms above, minus dt * ddt where a_s decays, plus the chunk totals' gradient.
-    ddA = ddA - dt_out * ddt
-    ddA[:, :, :, -1] += ddA_rev[:, :, :nchunks].flip(-1)
+    # d dA_cumsum: the chunk-state path decays each position s by exp(a_last - a_s), so its terms leave a_s
+    # and, summed over the chunk from the same values, reach a_last, with the chunk decay's gradient.
+    ddA = ddA - ddA_state
+    ddA[:, :, :, -1] += ddA_state.sum(-1) + ddA_rev[:, :, :nchunks].flip(-1)
     ddA = ddA.flip(-1).cumsum(-1).flip(-1)  # through the cumsum inside each chunk
     A = saved["A"]
     ddt = ddt + ddA * A.float()[None, :, None, None]

@@ -30,7 +30,8 @@ for step in $steps; do
     gate)
       python3 bench/gate_speed.py --json "$OUT/gate-speed.json" 2>&1 | tee "$OUT/gate-speed.log" || status=1 ;;
     mixer)   # the whole mixer fwd/fwd+bwd and peak memory, and the gated RMSNorm bwd alone, helion vs mamba-ssm
-      timeout "${MIXER_TIMEOUT:-300}" python3 bench/mixer.py --json "$OUT/mixer.json" 2>&1 | tee "$OUT/mixer.log" || status=1 ;;
+      timeout "${MIXER_TIMEOUT:-300}" python3 bench/mixer.py --json "$OUT/mixer.json" ${MIXER_ARGS:-} 2>&1 \
+        | tee "$OUT/mixer.log" || status=1 ;;
     e2e)     # tune the gated RMSNorm backward, gate + promote the fastest passing config, load it in training
       { python3 -m parity tune layernorm_gated --device cuda --trials "${TUNE_TRIALS:-12}" --keep 2 \
           --out "$OUT/tuned" --shape '{"rows": 16384, "ngroups": 8, "group_size": 512, "z": true,
@@ -40,12 +41,16 @@ for step in $steps; do
         && python3 bench/train_step.py; } 2>&1 | tee "$OUT/e2e.log" || status=1
       cp configs/*/layernorm_gated.json "$OUT/store-layernorm_gated.json" 2>/dev/null
       rm -rf "$OUT/tuned" ;;
-    ssd)     # tune the SSD kernels (fwd+bwd at the Nemotron shape), gate + promote the fastest passing config
-      { timeout "${SSD_TUNE_TIMEOUT:-300}" python3 -m parity tune ssd_combined --device cuda \
+    ssd)     # tune the SSD kernels (fwd+bwd at the Nemotron shape), gate + promote the fastest passing config;
+             # with SSD_CONFIG=file, gate + promote that config without tuning
+      mkdir -p "$OUT/tuned-ssd"
+      { if [ -n "${SSD_CONFIG:-}" ]; then cp "$SSD_CONFIG" "$OUT/tuned-ssd/ssd_combined-0.json"; else
+          timeout "${SSD_TUNE_TIMEOUT:-300}" python3 -m parity tune ssd_combined --device cuda \
           --trials "${SSD_TRIALS:-8}" --keep 1 --out "$OUT/tuned-ssd" --shape "$(python3 -c \
-          'import json; from reference.specs import NEMOTRON; print(json.dumps(NEMOTRON))')" \
-        && python3 -m parity promote ssd_combined --device cuda --config "$OUT/tuned-ssd/ssd_combined-0.json" \
-          --dtype bfloat16 --examples "${GATE_EXAMPLES:-4}"; } 2>&1 | tee "$OUT/ssd-tune.log" || status=1
+          'import json; from reference.specs import NEMOTRON; print(json.dumps(NEMOTRON))')"; fi \
+        && timeout "${SSD_GATE_TIMEOUT:-600}" python3 -m parity promote ssd_combined --device cuda \
+          --config "$OUT/tuned-ssd/ssd_combined-0.json" --dtype bfloat16 --examples "${GATE_EXAMPLES:-4}"; } 2>&1 \
+        | tee "$OUT/ssd-tune.log" || status=1
       cp configs/*/ssd_combined.json "$OUT/store-ssd_combined.json" 2>/dev/null
       cp "$OUT/tuned-ssd/ssd_combined-0.json" "$OUT/ssd-tuned-config.json" 2>/dev/null
       rm -rf "$OUT/tuned-ssd" ;;

@@ -201,11 +201,11 @@ def _ssd_bwd_args(case: Case) -> dict[str, tuple[Any, ...]]:
     flat = (batch, nchunks, nheads, headdim * dstate)
     return {
         "bwd_dstates": (x, C, dA, seq_idx),
-        "bwd_state_passing": (torch.randn(flat), torch.randn(flat), torch.randn(batch, nheads, headdim * dstate),
+        "bwd_state_passing": (torch.randn(flat), torch.randn(flat),
                               torch.randn(batch, nheads, headdim * dstate) if case.options else None,
-                              dA[..., -1].contiguous(), seq_idx, torch.zeros(batch, nheads, block + 1), chunk_size,
-                              block),
-        "bwd_dx": (x, x, dt, dA, B, cb, states, D, seq_idx, torch.zeros_like(dt), torch.zeros(nheads, headdim)),
+                              dA[..., -1].contiguous(), seq_idx, torch.zeros(batch, nheads, block), chunk_size, block),
+        "bwd_dx": (x, x, dt, dA, B, cb, states, D, seq_idx, torch.zeros_like(dt), torch.zeros_like(dt),
+                   torch.zeros(nheads, headdim)),
         "bwd_dcb": (x, x, dt, dA, cb, seq_idx, torch.zeros_like(dA)),
         "bwd_dc": (x, states, dA, C, B, cb, seq_idx, torch.zeros_like(dA)),
         "bwd_db": (x, dt, dA, states, C, cb, seq_idx),
