@@ -258,7 +258,13 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> int:
     base = spec.impl(args.impl) if args.impl else spec.candidates[0]
     base = dataclasses.replace(base, config=None)
     inputs = spec.make_inputs(shape, dtype, 0, torch.device("cuda"))
-    trials = tune(spec, base, shape, dtype, args.device, tols, space(inputs, args.trials), args.keep)
+    def progress(stage: str, trial: Any) -> None:
+        detail = {"timed": f"{trial.ms:.4f} ms" if trial.ms is not None else f"error {trial.error}",
+                  "judged": "pass" if trial.passed else f"FAIL {trial.failure}"}[stage]
+        console.print(f"{stage} {detail} {json.dumps(trial.config)}", markup=False)
+
+    trials = tune(spec, base, shape, dtype, args.device, tols, space(inputs, args.trials), args.keep,
+                  progress=progress)
     kept = [t for t in trials if t.passed]
     for rank, trial in enumerate(sorted(kept, key=lambda t: t.ms)):
         report.atomic_write(Path(args.out) / f"{spec.name}-{rank}.json", json.dumps(trial.config, indent=1) + "\n")

@@ -58,8 +58,11 @@ class Trial:
 
 
 def tune(spec: OpSpec, base: Impl, problem: Problem, dtype: torch.dtype, device: str, tolerances: Tolerances,
-         configs: Iterable[Mapping[str, Any]], keep: int, timer: Timer = cuda_timer) -> list[Trial]:
-    """Time every config on ``problem``; judge them fastest first; stop once ``keep`` have passed."""
+         configs: Iterable[Mapping[str, Any]], keep: int, timer: Timer = cuda_timer,
+         progress: Callable[[str, Trial], None] | None = None) -> list[Trial]:
+    """Time every config on ``problem``; judge them fastest first; stop once ``keep`` have passed.
+    ``progress(stage, trial)`` is called after each timing ("timed") and each verdict ("judged"), so a run
+    cut short by a time limit still shows what it measured."""
     inputs = spec.make_inputs(problem, dtype, 0, torch.device(device))
     trials: list[Trial] = []
     for config in configs:
@@ -71,6 +74,8 @@ def tune(spec: OpSpec, base: Impl, problem: Problem, dtype: torch.dtype, device:
         except Exception as exc:  # a config that does not compile or run is discarded, with the reason
             trial.error = f"{type(exc).__name__}: {str(exc)[:300]}"
         trials.append(trial)
+        if progress:
+            progress("timed", trial)
     passed = 0
     for trial in sorted((t for t in trials if t.ms is not None), key=lambda t: t.ms):
         if passed >= keep:
@@ -82,4 +87,6 @@ def tune(spec: OpSpec, base: Impl, problem: Problem, dtype: torch.dtype, device:
         trial.passed = not failed
         trial.failure = failed[0].message() if failed else None
         passed += trial.passed
+        if progress:
+            progress("judged", trial)
     return trials
