@@ -401,13 +401,13 @@ def ssd_combined_bwd(
     dy = dy.contiguous()
 
     dH = launch(dstates_kernel, (dy, C, dA_cumsum, seq_idx), configs.get("bwd_dstates"))
-    ddA_rev = torch.zeros(batch, nheads, max(2, triton.next_power_of_2(nchunks)), dtype=torch.float32,
-                          device=x.device)
+    chunk_block = max(2, triton.next_power_of_2(nchunks))  # all chunks in one block, as the forward scan
+    ddA_rev = torch.zeros(batch, nheads, chunk_block, dtype=torch.float32, device=x.device)
     dS, dinitial = launch(state_passing_bwd_kernel, (
         dH.reshape(batch, nchunks, nheads, headdim * dstate), fwd["states"],
         None if dfinal_states is None else dfinal_states.reshape(batch, nheads, headdim * dstate),
-        dA_cumsum[:, :, :, -1].contiguous(), seq_idx, ddA_rev, chunk_size,
-        max(2, triton.next_power_of_2(nchunks))), configs.get("bwd_state_passing"))
+        dA_cumsum[:, :, :, -1].contiguous(), seq_idx, ddA_rev, chunk_size, chunk_block),
+        configs.get("bwd_state_passing"))
     del dH
     dS = dS.reshape(batch, nchunks, nheads, headdim, dstate)
     ddt = torch.zeros_like(dt_out)
