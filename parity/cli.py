@@ -10,6 +10,7 @@ import argparse
 import json
 import platform
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,21 @@ class _Parser(argparse.ArgumentParser):
         raise ParityError(f"{self.prog}: {message}")
 
 
+def _count(minimum: int) -> Any:
+    """An argparse type: an integer >= ``minimum`` (a negative or zero count is a usage error, not a no-op)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (Triton interpreter) or cuda")
     p.add_argument("--profile", choices=("ci", "gpu"), default=None, help="hypothesis profile (default by device)")
@@ -43,21 +59,40 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--impl", action="append", default=[], help="only these implementations (repeatable)")
     check.add_argument("--problem", default=None, help="one problem as JSON instead of generated ones")
     check.add_argument("--seed", type=int, default=0, help="input seed with --problem")
-    check.add_argument("--examples", type=int, default=None, help="generated problems per op (default by profile)")
+    check.add_argument(
+        "--examples",
+        type=_count(0),
+        default=None,
+        help="generated problems per op (default by profile; 0: the pinned examples only)",
+    )
     check.add_argument("--forward-only", action="store_true", help="skip the backward check")
-    check.add_argument("--layout", choices=("contiguous", "strided", "offset"), default="contiguous",
-                       help="with --problem: re-lay out the inputs the op accepts non-contiguous")
+    check.add_argument(
+        "--layout",
+        choices=("contiguous", "strided", "offset"),
+        default="contiguous",
+        help="with --problem: re-lay out the inputs the op accepts non-contiguous",
+    )
     _add_run_options(check)
 
-    for name, text in (("gate", "check one config across the op's shape family; non-zero exit on failure"),
-                       ("promote", "gate a config, then write it to the config store only if it passed")):
+    for name, text in (
+        ("gate", "check one config across the op's shape family; non-zero exit on failure"),
+        ("promote", "gate a config, then write it to the config store only if it passed"),
+    ):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("op")
         cmd.add_argument("--config", required=True, help="JSON file with the candidate's config")
         cmd.add_argument("--impl", default=None, help="the candidate implementation (default: the op's first)")
-        cmd.add_argument("--examples", type=int, default=None, help="generated problems per dtype")
-        cmd.add_argument("--bucket-shape", default=None,
-                         help="JSON problem whose shape bucket the entry is for (default: the op's training shape)")
+        cmd.add_argument(
+            "--examples",
+            type=_count(0),
+            default=None,
+            help="generated problems per dtype (0: the pinned examples only)",
+        )
+        cmd.add_argument(
+            "--bucket-shape",
+            default=None,
+            help="JSON problem whose shape bucket the entry is for (default: the op's training shape)",
+        )
         cmd.add_argument("--store", default=None, help="config store directory (default: configs/)")
         _add_run_options(cmd)
 
@@ -65,8 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("op")
     tune.add_argument("--shape", required=True, help="the problem to tune for, as JSON")
     tune.add_argument("--impl", default=None, help="the candidate implementation (default: the op's first)")
-    tune.add_argument("--trials", type=int, default=24, help="configs to try (default 24)")
-    tune.add_argument("--keep", type=int, default=3, help="passing configs to keep (default 3)")
+    tune.add_argument("--trials", type=_count(1), default=24, help="configs to try (default 24)")
+    tune.add_argument("--keep", type=_count(1), default=3, help="passing configs to keep (default 3)")
     tune.add_argument("--out", default="tuned", help="directory for the kept configs (default tuned/)")
     _add_run_options(tune)
 
@@ -102,17 +137,38 @@ def _json_object(text: str, flag: str) -> dict[str, Any]:
 def _meta(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    return {"command": " ".join(["parity", *sys.argv[1:]]), "device": args.device, "torch": torch.__version__,
-            "python": platform.python_version(),
-            "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None}
+    return {
+        "command": " ".join(["parity", *sys.argv[1:]]),
+        "device": args.device,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
+    }
+
+
+def _say(console: Console, text: str) -> None:
+    """One progress line, unwrapped and flushed at once (a log file shows it while the run goes on)."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    console.file.flush()
+
+
+def _case_line(count: int, result: Any, started: float) -> str:
+    """``[12] ok chunk_scan helion-cfg0 float16 seed=3 {...} (41.2 s)``: one finished case, run time so far."""
+    mark = "ok" if result.passed else "FAIL"
+    return (
+        f"[{count}] {mark} {result.op} {result.impl} {result.dtype} seed={result.seed} "
+        f"{json.dumps(result.problem)} ({time.monotonic() - started:.1f} s)"
+    )
 
 
 def cmd_check(args: argparse.Namespace, console: Console) -> int:
+    """The parity suite. On a terminal a progress bar; otherwise (a log file, a batch job) one flushed line per
+    finished case and per finished op x dtype, so a long run shows what it has done."""
     from rich.progress import Progress
 
     from parity import registry, report
     from parity.runner import CaseResult, run_problem
-    from parity.spec import parse_dtype
+    from parity.spec import dtype_name, parse_dtype
     from parity.strategies import drive
 
     specs, profile, tols = _setup(args)
@@ -123,20 +179,60 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     jobs = []
     for spec in chosen:
         impls = [spec.impl(n) for n in args.impl] if args.impl else list(spec.impls().values())
-        dtypes = [d for d in spec.dtypes if (d in wanted_dtypes if wanted_dtypes else profile.wants(str(d)[6:]))]
+        dtypes = [d for d in spec.dtypes if (d in wanted_dtypes if wanted_dtypes else profile.wants(dtype_name(d)))]
         jobs += [(spec, impls, d) for d in dtypes if impls]
-    with Progress(console=console, transient=True) as progress:
+    tols.require(dtype_name(dtype) for _, _, dtype in jobs)
+    bar = console.is_terminal
+    started = time.monotonic()
+
+    def finished(result: CaseResult) -> None:
+        results.append(result)
+        if not bar:
+            _say(console, _case_line(len(results), result, started))
+
+    if not bar:
+        _say(console, f"parity check: {len(jobs)} op x dtype runs on {args.device} ({profile.name} profile)")
+    with Progress(console=console, transient=True, disable=not bar) as progress:
         task = progress.add_task("parity", total=len(jobs))
-        for spec, impls, dtype in jobs:
-            progress.update(task, description=f"{spec.name} {str(dtype)[6:]}")
+        for number, (spec, impls, dtype) in enumerate(jobs, start=1):
+            progress.update(task, description=f"{spec.name} {dtype_name(dtype)}")
+            before, job_started = len(results), time.monotonic()
             if problem is not None:
-                results += run_problem(spec, impls, problem, dtype, args.seed, args.device, tols,
-                                       backward=not args.forward_only, layout=args.layout,
-                                       relayout_inputs=spec.relayout_inputs)
+                for result in run_problem(
+                    spec,
+                    impls,
+                    problem,
+                    dtype,
+                    args.seed,
+                    args.device,
+                    tols,
+                    backward=not args.forward_only,
+                    layout=args.layout,
+                    relayout_inputs=spec.relayout_inputs,
+                ):
+                    finished(result)
             else:
-                drive(spec, impls, dtype, args.device, profile, tols, on_result=results.append,
-                      raise_on_fail=False, backward=not args.forward_only, max_examples=args.examples)
+                drive(
+                    spec,
+                    impls,
+                    dtype,
+                    args.device,
+                    profile,
+                    tols,
+                    on_result=finished,
+                    raise_on_fail=False,
+                    backward=not args.forward_only,
+                    max_examples=args.examples,
+                )
             progress.advance(task)
+            if not bar:
+                done = results[before:]
+                _say(
+                    console,
+                    f"done {number}/{len(jobs)}: {spec.name} {dtype_name(dtype)}, {len(done)} cases, "
+                    f"{sum(not r.passed for r in done)} failed, {time.monotonic() - job_started:.1f} s "
+                    f"({time.monotonic() - started:.1f} s in all)",
+                )
     report.print_table(report.summarize(results), console)
     failed = [r for r in results if not r.passed]
     for r in failed:
@@ -160,39 +256,68 @@ def _candidate(spec: Any, args: argparse.Namespace, config: dict[str, Any]) -> A
     return dataclasses.replace(base, name=f"{base.name.split('-cfg')[0]}@{Path(args.config).name}", config=config)
 
 
+def _bucket(spec: Any, shape: dict[str, Any], flag: str) -> str:
+    """The store bucket of ``shape``, or a one-line error naming what is missing (computed before the gate
+    runs, so a bad shape does not cost a whole gate)."""
+    try:
+        return spec.bucket(shape)
+    except KeyError as exc:
+        raise ParityError(
+            f"{flag} {json.dumps(shape)} has no field {exc.args[0]!r}, which the store bucket of {spec.name} needs"
+        ) from exc
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        raise ParityError(
+            f"{flag} {json.dumps(shape)}: cannot compute the store bucket of {spec.name}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
 def cmd_gate(args: argparse.Namespace, console: Console) -> int:
-    """Gate (and with ``promote``, store) one config."""
+    """Gate (and with ``promote``, store) one config. Everything a user gave is checked before the gate runs:
+    the config's Helion fields, the dtypes' tolerances and the bucket shape."""
     from parity import registry, report
-    from parity.gate import gate, load_config
+    from parity.gate import check_helion_config, gate, load_config
     from parity.spec import dtype_name, parse_dtype
     from parity.store import Key, Store, device_key
 
     config = load_config(args.config)
+    check_helion_config(config, args.config)
     _, profile, tols = _setup(args)
     spec = registry.get(args.op)
     impl = _candidate(spec, args, config)
     dtypes = [parse_dtype(d) for d in args.dtype] or [d for d in spec.dtypes if profile.wants(dtype_name(d))]
-    shape = _json_object(args.bucket_shape, "--bucket-shape") if args.bucket_shape else (
-        spec.training_problems[0] if spec.training_problems else {})
+    tols.require(dtype_name(d) for d in dtypes)
+    shape = (
+        _json_object(args.bucket_shape, "--bucket-shape")
+        if args.bucket_shape
+        else (spec.training_problems[0] if spec.training_problems else {})
+    )
+    bucket = _bucket(spec, shape, "--bucket-shape" if args.bucket_shape else "the training shape")
     store = Store(args.store) if args.store else Store()
     done = []
+    started = time.monotonic()
 
     def progress(result: Any) -> None:
         done.append(result)
-        mark = "ok" if result.passed else "FAIL"
-        console.print(f"[{len(done)}] {mark} {result.dtype} {json.dumps(result.problem)}", markup=False)
+        _say(console, _case_line(len(done), result, started))
 
+    _say(console, f"gating {spec.name} {impl.name} in {', '.join(map(dtype_name, dtypes))} on {args.device}")
     result = gate(spec, impl, args.device, profile, tols, dtypes, max_examples=args.examples, on_result=progress)
     report.print_table(report.summarize(result.cases), console)
     for case in result.cases:
         if not case.passed:
             console.print(case.message(), markup=False, highlight=False)
     for det in result.determinism:
-        console.print(f"determinism {det['dtype']}: bitwise identical={det['bitwise_identical']} "
-                      f"spread={det['max_spread']:.3e} ok={det['ok']}", markup=False)
+        console.print(
+            f"determinism {det['dtype']}: bitwise identical={det['bitwise_identical']} "
+            f"spread={det['max_spread']:.3e} ok={det['ok']}",
+            markup=False,
+        )
     for timing in result.timing:
-        console.print(f"time {timing['dtype']} fwd+bwd: candidate {timing.get('candidate_ms', float('nan')):.4f} ms, "
-                      f"baseline {timing.get('baseline_ms', float('nan')):.4f} ms", markup=False)
+        console.print(
+            f"time {timing['dtype']} fwd+bwd: candidate {timing.get('candidate_ms', float('nan')):.4f} ms, "
+            f"baseline {timing.get('baseline_ms', float('nan')):.4f} ms",
+            markup=False,
+        )
     for note in result.skipped:
         console.print(f"not run: {note}", markup=False)
     evidence = result.evidence()
@@ -204,35 +329,39 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
     console.print(f"gate passed: {len(result.cases)} cases", markup=False)
     if args.command == "promote":
         for dtype in dtypes:
-            key = Key(device_key(args.device), spec.name, str(impl.target), dtype_name(dtype), spec.bucket(shape))
+            key = Key(device_key(args.device), spec.name, str(impl.target), dtype_name(dtype), bucket)
             store.put(key, config, evidence)
-            console.print(f"promoted to {store.path(key.device, key.op)} ({key.dtype}, bucket {key.bucket})",
-                          markup=False)
+            console.print(
+                f"promoted to {store.path(key.device, key.op)} ({key.dtype}, bucket {key.bucket})", markup=False
+            )
     return EXIT_OK
 
 
 def cmd_configs(args: argparse.Namespace, console: Console) -> int:
-    """List, show or verify store entries."""
+    """List, show or verify store entries. ``verify`` says OK or STALE for each entry (a malformed entry, or one
+    whose kernel no longer loads, is STALE with the reason) and exits 1 if any is stale."""
     from parity.store import Store
 
     store = Store(args.store) if args.store else Store()
-    files = sorted(store.root.glob("*/*.json")) if store.root.exists() else []
     stale = 0
-    for path in files:
-        device, op = path.parent.name, path.stem
+    for device, op in store.files():
         if args.op and op != args.op:
             continue
         for entry in store.entries(device, op):
-            line = f"{device} {op} {entry['dtype']} bucket={entry['bucket']} {entry['target']} ({entry['date']})"
+            fields = entry if isinstance(entry, dict) else {}
+            line = (
+                f"{device} {op} {fields.get('dtype', '?')} bucket={fields.get('bucket', '?')} "
+                f"{fields.get('target', '?')} ({fields.get('date', '?')})"
+            )
             if args.action == "show":
                 console.print_json(json.dumps(entry))
             elif args.action == "verify":
                 reasons = store.staleness(entry)
                 stale += bool(reasons)
                 line += "  OK" if not reasons else "  STALE: " + "; ".join(reasons)
-                console.print(line, markup=False)
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
             else:
-                console.print(line, markup=False)
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
     return EXIT_FAIL if stale else EXIT_OK
 
 
@@ -243,7 +372,7 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> int:
     import torch
 
     from parity import registry, report
-    from parity.spec import parse_dtype
+    from parity.spec import dtype_name, parse_dtype
     from parity.tune import tune
 
     if args.device != "cuda":
@@ -255,16 +384,21 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> int:
     if space is None:
         raise ParityError(f"op {spec.name!r} declares no tuning space (extra['tuning_configs'])")
     dtype = parse_dtype(args.dtype[0] if args.dtype else "bfloat16")
-    base = spec.impl(args.impl) if args.impl else spec.candidates[0]
-    base = dataclasses.replace(base, config=None)
+    tols.require([dtype_name(dtype)])
+    if not args.impl and not spec.candidates:
+        raise ParityError(f"op {spec.name!r} has no candidate implementation to tune")
+    base = dataclasses.replace(spec.impl(args.impl) if args.impl else spec.candidates[0], config=None)
     inputs = spec.make_inputs(shape, dtype, 0, torch.device("cuda"))
-    def progress(stage: str, trial: Any) -> None:
-        detail = {"timed": f"{trial.ms:.4f} ms" if trial.ms is not None else f"error {trial.error}",
-                  "judged": "pass" if trial.passed else f"FAIL {trial.failure}"}[stage]
-        console.print(f"{stage} {detail} {json.dumps(trial.config)}", markup=False)
+    started = time.monotonic()
 
-    trials = tune(spec, base, shape, dtype, args.device, tols, space(inputs, args.trials), args.keep,
-                  progress=progress)
+    def progress(stage: str, trial: Any) -> None:
+        detail = {
+            "timed": f"{trial.ms:.4f} ms" if trial.ms is not None else f"error {trial.error}",
+            "judged": "pass" if trial.passed else f"FAIL {trial.failure}",
+        }[stage]
+        _say(console, f"{stage} {detail} {json.dumps(trial.config)} ({time.monotonic() - started:.1f} s)")
+
+    trials = tune(spec, base, shape, dtype, args.device, tols, space(inputs, args.trials), args.keep, progress=progress)
     kept = [t for t in trials if t.passed]
     for rank, trial in enumerate(sorted(kept, key=lambda t: t.ms)):
         report.atomic_write(Path(args.out) / f"{spec.name}-{rank}.json", json.dumps(trial.config, indent=1) + "\n")

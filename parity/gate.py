@@ -33,6 +33,49 @@ def load_config(path: Path | str) -> dict[str, Any]:
     return data
 
 
+def _power_of_two(value: Any) -> bool:
+    return type(value) is int and value > 0 and value & (value - 1) == 0
+
+
+def _at_least(low: int) -> Callable[[Any], bool]:
+    return lambda value: type(value) is int and value >= low
+
+
+HELION_FIELDS: dict[str, tuple[bool, Callable[[Any], bool], str]] = {
+    "block_sizes": (True, _power_of_two, "a positive power of two"),
+    "l2_groupings": (True, _power_of_two, "a positive power of two"),
+    "range_unroll_factors": (True, _at_least(0), "an integer >= 0"),
+    "range_num_stages": (True, _at_least(0), "an integer >= 0"),
+    "num_warps": (False, _power_of_two, "a positive power of two"),
+    "num_stages": (False, _at_least(1), "an integer >= 1"),
+}
+"""Helion config fields checked before anything runs: name -> (is a list, test of a value, what it must be);
+the ranges Helion's own config spec enforces only when the config is compiled (if at all)."""
+
+
+def check_helion_config(config: Mapping[str, Any], source: str, where: str = "") -> None:
+    """Reject a malformed Helion config up front, with a ParityError naming ``source`` and the key.
+
+    ``config`` is one Helion config, or a mapping of named sub-configs (``{"fwd": ..., "bwd": ...}`` of the
+    gated norm, ``{kernel: config}`` of the combined SSD op), walked recursively: a mapping whose values are
+    all mappings (or None) is such a wrapper. Fields outside :data:`HELION_FIELDS` are left to the compile."""
+    if config and all(value is None or isinstance(value, Mapping) for value in config.values()):
+        for name, sub in config.items():
+            if sub is not None:
+                check_helion_config(sub, source, f"{where}{name}.")
+        return
+    for name, (is_list, valid, must) in HELION_FIELDS.items():
+        if name not in config:
+            continue
+        value = config[name]
+        if is_list and not isinstance(value, list):
+            raise ParityError(f"{source}: {where}{name} = {json.dumps(value)} must be a list, each {must}")
+        for i, item in enumerate(value if is_list else [value]):
+            if not valid(item):
+                at = f"{where}{name}[{i}]" if is_list else f"{where}{name}"
+                raise ParityError(f"{source}: {at} = {json.dumps(item)} must be {must}")
+
+
 @dataclass
 class GateReport:
     """Everything the gate saw: every case, determinism reruns, and a verdict."""
@@ -69,8 +112,9 @@ class GateReport:
         }
 
 
-def _determinism(spec: OpSpec, impl: Impl, problem: Mapping[str, Any], dtype: torch.dtype, device: str,
-                 reruns: int) -> dict[str, Any]:
+def _determinism(
+    spec: OpSpec, impl: Impl, problem: Mapping[str, Any], dtype: torch.dtype, device: str, reruns: int
+) -> dict[str, Any]:
     """Re-run on identical inputs: bitwise identical, or the largest spread seen."""
     inputs = spec.make_inputs(problem, dtype, 0, torch.device(device))
     fn = impl.load()
@@ -85,8 +129,14 @@ def _determinism(spec: OpSpec, impl: Impl, problem: Mapping[str, Any], dtype: to
                 identical = False
                 spread = max(spread, float((value.double() - other.double()).abs().max()))
     ok = not first.errors and (identical or spec.nondeterministic)
-    return {"problem": dict(problem), "dtype": dtype_name(dtype), "reruns": reruns, "bitwise_identical": identical,
-            "max_spread": spread, "ok": ok}
+    return {
+        "problem": dict(problem),
+        "dtype": dtype_name(dtype),
+        "reruns": reruns,
+        "bitwise_identical": identical,
+        "max_spread": spread,
+        "ok": ok,
+    }
 
 
 def _timing(spec: OpSpec, impl: Impl, problem: Mapping[str, Any], dtype: torch.dtype) -> dict[str, Any]:
@@ -119,17 +169,33 @@ def preflight(spec: OpSpec, impl: Impl, dtype: torch.dtype, device: str) -> None
         raise
     except Exception as exc:
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-        raise ParityError(f"config {json.dumps(impl.config)} for {spec.name} does not compile or run on "
-                          f"{json.dumps(problem)}: {type(exc).__name__}: {first}") from exc
+        raise ParityError(
+            f"config {json.dumps(impl.config)} for {spec.name} does not compile or run on "
+            f"{json.dumps(problem)}: {type(exc).__name__}: {first}"
+        ) from exc
 
 
-def gate(spec: OpSpec, impl: Impl, device: str, profile: Profile, tolerances: Tolerances,
-         dtypes: Sequence[torch.dtype], max_examples: int | None = None, reruns: int = 2,
-         on_result: Callable[[CaseResult], None] | None = None) -> GateReport:
+def gate(
+    spec: OpSpec,
+    impl: Impl,
+    device: str,
+    profile: Profile,
+    tolerances: Tolerances,
+    dtypes: Sequence[torch.dtype],
+    max_examples: int | None = None,
+    reruns: int = 2,
+    on_result: Callable[[CaseResult], None] | None = None,
+) -> GateReport:
     """Check ``impl`` on the profile's problems plus the op's training problems (on CUDA), forward and
-    backward, each with NaN- and garbage-filled allocations, then rerun for determinism."""
-    if spec.check_config is not None and impl.config is not None:
-        spec.check_config(impl.config)
+    backward, each with NaN- and garbage-filled allocations, then rerun for determinism. A malformed config,
+    no dtype or a dtype without default tolerances is a ParityError before anything runs."""
+    if not dtypes:
+        raise ParityError(f"no dtype to gate {spec.name} in (the op runs {', '.join(map(dtype_name, spec.dtypes))})")
+    tolerances.require(dtype_name(d) for d in dtypes)
+    if impl.config is not None:
+        check_helion_config(impl.config, f"config of {impl.name}")
+        if spec.check_config is not None:
+            spec.check_config(impl.config)
     preflight(spec, impl, dtypes[0], device)
     report = GateReport(spec.name, impl.name, dict(impl.config or {}), device)
 
@@ -139,24 +205,40 @@ def gate(spec: OpSpec, impl: Impl, device: str, profile: Profile, tolerances: To
             on_result(result)
 
     for dtype in dtypes:
-        drive(spec, [impl], dtype, device, profile, tolerances, on_result=record, raise_on_fail=False,
-              max_examples=max_examples, poison=("nan", "garbage"))
+        drive(
+            spec,
+            [impl],
+            dtype,
+            device,
+            profile,
+            tolerances,
+            on_result=record,
+            raise_on_fail=False,
+            max_examples=max_examples,
+            poison=("nan", "garbage"),
+        )
+        # On CUDA the driver may already have judged the training problems (seed 0): never twice.
+        judged = {(json.dumps(c.problem, sort_keys=True), c.seed, c.dtype) for c in report.cases}
         for problem in spec.training_problems:
             if device == "cuda":
-                for result in run_problem(spec, [impl], problem, dtype, 0, device, tolerances,
-                                          poison=("nan", "garbage")):
-                    record(result)
+                if (json.dumps(dict(problem), sort_keys=True), 0, dtype_name(dtype)) not in judged:
+                    for result in run_problem(
+                        spec, [impl], problem, dtype, 0, device, tolerances, poison=("nan", "garbage")
+                    ):
+                        record(result)
                 report.timing.append(_timing(spec, impl, problem, dtype))
             else:
-                report.skipped.append(f"training problem {json.dumps(problem)} ({dtype_name(dtype)}): "
-                                      "too large for the CPU interpreter")
+                report.skipped.append(
+                    f"training problem {json.dumps(problem)} ({dtype_name(dtype)}): too large for the CPU interpreter"
+                )
         pinned = spec.examples[0] if spec.examples else (spec.training_problems[0] if device == "cuda" else None)
         if pinned is None:
             continue
         report.determinism.append(_determinism(spec, impl, pinned, dtype, device, reruns))
         for layout in ("strided", "offset") if spec.relayout_inputs else ():
-            for result in run_problem(spec, [impl], pinned, dtype, 1, device, tolerances, layout=layout,
-                                      relayout_inputs=spec.relayout_inputs):
+            for result in run_problem(
+                spec, [impl], pinned, dtype, 1, device, tolerances, layout=layout, relayout_inputs=spec.relayout_inputs
+            ):
                 result.notes.append(f"inputs {', '.join(spec.relayout_inputs)} laid out {layout}")
                 record(result)
     return report

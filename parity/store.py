@@ -36,6 +36,8 @@ from parity.errors import ParityError
 from parity.report import atomic_write
 
 VERSIONED = ("helion", "triton", "torch")
+FIELDS = ("op", "target", "dtype", "bucket", "config", "kernel_hash", "versions", "date", "evidence")
+"""The fields every store entry has (what :meth:`Store.put` writes)."""
 
 
 class StaleConfigError(ParityError):
@@ -133,7 +135,17 @@ class Key:
 
     def matches(self, entry: Mapping[str, Any]) -> bool:
         return (entry.get("target"), entry.get("dtype"), entry.get("bucket")) == (
-            self.impl_target, self.dtype, self.bucket)
+            self.impl_target,
+            self.dtype,
+            self.bucket,
+        )
+
+
+def _sort_key(entry: Any) -> tuple[str, str, str]:
+    """Store files list entries by (target, dtype, bucket); a malformed entry (kept as found) sorts first."""
+    if not isinstance(entry, dict):
+        return ("", "", "")
+    return (str(entry.get("target")), str(entry.get("dtype")), str(entry.get("bucket")))
 
 
 class Store:
@@ -144,6 +156,22 @@ class Store:
 
     def path(self, device: str, op: str) -> Path:
         return self.root / device / f"{op}.json"
+
+    def files(self) -> list[tuple[str, str]]:
+        """(device, op) of every store file, sorted. Temporary files of a write (``.<op>.json.*.tmp``, left
+        behind by a promote killed mid-write) and lock files are not store files."""
+        if not self.root.exists():
+            return []
+        return sorted(
+            (p.parent.name, p.stem) for p in self.root.glob("*/*.json") if p.is_file() and not p.name.startswith(".")
+        )
+
+    def _remove_stray_temps(self, device: str, op: str) -> None:
+        """Delete the temporary files a killed write of this store file left behind. Called under the file's
+        lock: every write takes it, so no live writer can own one of them."""
+        path = self.path(device, op)
+        for stray in path.parent.glob(f".{path.name}.*.tmp"):
+            stray.unlink(missing_ok=True)
 
     @contextlib.contextmanager
     def _locked(self, device: str, op: str) -> Iterator[None]:
@@ -171,13 +199,22 @@ class Store:
 
     def put(self, key: Key, config: Mapping[str, Any], evidence: Mapping[str, Any]) -> dict[str, Any]:
         """Add or replace the entry for ``key`` (under the lock, atomically)."""
-        entry = {"op": key.op, "target": key.impl_target, "dtype": key.dtype, "bucket": key.bucket,
-                 "config": dict(config), "kernel_hash": source_hash(key.impl_target), "versions": versions(),
-                 "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "evidence": dict(evidence)}
+        entry = {
+            "op": key.op,
+            "target": key.impl_target,
+            "dtype": key.dtype,
+            "bucket": key.bucket,
+            "config": dict(config),
+            "kernel_hash": source_hash(key.impl_target),
+            "versions": versions(),
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "evidence": dict(evidence),
+        }
         with self._locked(key.device, key.op):
-            kept = [e for e in self.entries(key.device, key.op) if not key.matches(e)]
+            self._remove_stray_temps(key.device, key.op)
+            kept = [e for e in self.entries(key.device, key.op) if not (isinstance(e, dict) and key.matches(e))]
             kept.append(entry)
-            kept.sort(key=lambda e: (e["target"], e["dtype"], e["bucket"]))
+            kept.sort(key=_sort_key)
             text = json.dumps({"device": key.device, "op": key.op, "entries": kept}, indent=1, sort_keys=True)
             atomic_write(self.path(key.device, key.op), text + "\n")
         return entry
@@ -187,18 +224,38 @@ class Store:
         entries = self.entries(key.device, key.op)
         for bucket in (key.bucket, "*"):
             for entry in entries:
-                if (entry.get("target"), entry.get("dtype"), entry.get("bucket")) == (
-                        key.impl_target, key.dtype, bucket):
+                if isinstance(entry, dict) and (entry.get("target"), entry.get("dtype"), entry.get("bucket")) == (
+                    key.impl_target,
+                    key.dtype,
+                    bucket,
+                ):
                     return entry
         return None
 
-    def staleness(self, entry: Mapping[str, Any]) -> list[str]:
-        """Why ``entry`` no longer applies (empty when it still does)."""
+    def staleness(self, entry: Any) -> list[str]:
+        """Why ``entry`` no longer applies (empty when it still does): the kernel source or a library version
+        changed, or the entry is malformed (not an object, a field missing, a kernel module that no longer
+        imports) - never an exception."""
+        if not isinstance(entry, dict):
+            return [f"invalid entry: not an object ({type(entry).__name__})"]
+        missing = [f for f in FIELDS if f not in entry]
+        if missing:
+            return [f"invalid entry: missing field(s) {', '.join(missing)}"]
+        target = entry["target"]
+        if not isinstance(target, str) or not isinstance(entry["versions"], dict):
+            return ["invalid entry: 'target' must be a string and 'versions' an object"]
+        module, _, function = target.partition(":")
+        try:
+            current = source_hash(target)
+        except Exception as exc:  # a renamed or deleted kernel module, or one that no longer imports
+            return [f"the kernel {target} cannot be loaded: {type(exc).__name__}: {exc}"]
+        if function and not hasattr(sys.modules[module], function):
+            return [f"the kernel {target} cannot be loaded: {module} has no {function!r}"]
         reasons = []
-        if entry.get("kernel_hash") != source_hash(entry["target"]):
-            reasons.append(f"the source of {entry['target'].partition(':')[0]} changed since it was gated")
+        if entry["kernel_hash"] != current:
+            reasons.append(f"the source of {target.partition(':')[0]} changed since it was gated")
         now = versions()
-        for name, version in entry.get("versions", {}).items():
+        for name, version in entry["versions"].items():
             if now.get(name) != version:
                 reasons.append(f"{name} is {now.get(name)}, the entry was gated with {version}")
         return reasons
@@ -235,8 +292,9 @@ def clear_caches() -> None:
     _PROMOTED.clear()
 
 
-def promoted_config(op: str, target: str, dtype: str, bucket: str, device: str,
-                    store: Store | None = None) -> dict[str, Any] | None:
+def promoted_config(
+    op: str, target: str, dtype: str, bucket: str, device: str, store: Store | None = None
+) -> dict[str, Any] | None:
     """The promoted config for a runtime call, never autotuning.
 
     No entry: warn once per key and return None (the kernel then uses its documented default).
@@ -256,14 +314,18 @@ def promoted_config(op: str, target: str, dtype: str, bucket: str, device: str,
     if entry is None:
         if key not in _WARNED:
             _WARNED.add(key)
-            warnings.warn(f"parity: no promoted config for {op} {dtype} bucket {bucket} on {key.device}; "
-                          "using the kernel's default config", stacklevel=2)
+            warnings.warn(
+                f"parity: no promoted config for {op} {dtype} bucket {bucket} on {key.device}; "
+                "using the kernel's default config",
+                stacklevel=2,
+            )
         _PROMOTED[slot] = (path, stamp, None)
         return None
     reasons = store.staleness(entry)
     if reasons:
         raise StaleConfigError(
             f"promoted config for {op} {dtype} bucket {bucket} on {key.device} is stale: {'; '.join(reasons)}. "
-            f"Re-gate it: parity promote {op} --config <file with its config> --dtype {dtype}")
+            f"Re-gate it: parity promote {op} --config <file with its config> --dtype {dtype}"
+        )
     _PROMOTED[slot] = (path, stamp, entry["config"])
     return dict(entry["config"])

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,16 +37,33 @@ class Tolerance:
     rtol: float
 
 
-def _numbers(path: Path, where: str, table: Mapping[str, Any], allowed: tuple[str, ...]) -> dict[str, float]:
-    """The numeric keys of ``table``; subtables are skipped (the caller walks them)."""
+def _kind(value: Any) -> str:
+    """``int 3``: a value's type and repr, for error messages."""
+    return f"{type(value).__name__} {value!r}"
+
+
+def _table(path: Path, where: str, value: Any) -> dict[str, Any]:
+    """``value`` if it is a table; otherwise an error naming the file and the entry."""
+    if not isinstance(value, dict):
+        raise ParityError(f"{path}: [{where}] must be a table, got {_kind(value)}")
+    return value
+
+
+def _numbers(
+    path: Path, where: str, table: Mapping[str, Any], allowed: tuple[str, ...], tables: tuple[str, ...] = ()
+) -> dict[str, float]:
+    """The numeric keys of ``table``; subtables are skipped (the caller walks them). A key in ``tables``
+    names a subtable, so a plain value there is an error that says so."""
     found: dict[str, float] = {}
     for key, value in table.items():
         if isinstance(value, dict):
             continue
+        if key in tables:
+            _table(path, f"{where}.{key}", value)
         if key not in allowed:
             raise ParityError(f"{path}: [{where}] unknown key {key!r} (expected {', '.join(allowed)})")
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ParityError(f"{path}: [{where}] {key} must be a number, got {type(value).__name__} {value!r}")
+            raise ParityError(f"{path}: [{where}] {key} must be a number, got {_kind(value)}")
         if not math.isfinite(value) or value < 0:
             raise ParityError(f"{path}: [{where}] {key} = {value} must be finite and >= 0")
         found[key] = float(value)
@@ -60,34 +77,33 @@ class Tolerances:
         self.path = path
         unknown = set(data) - {"defaults", "op", "checks"}
         if unknown:
-            raise ParityError(f"{path}: unknown top-level table(s) {', '.join(sorted(unknown))} "
-                              "(expected defaults, op, checks)")
+            raise ParityError(
+                f"{path}: unknown top-level table(s) {', '.join(sorted(unknown))} (expected defaults, op, checks)"
+            )
         self.defaults: dict[str, dict[str, float]] = {}
-        for dtype, table in data.get("defaults", {}).items():
+        for dtype, table in _table(path, "defaults", data.get("defaults", {})).items():
             where = f"defaults.{dtype}"
-            if dtype not in DTYPES or not isinstance(table, dict):
+            if dtype not in DTYPES:
                 raise ParityError(f"{path}: [{where}] is not a dtype table (dtypes: {', '.join(DTYPES)})")
+            _table(path, where, table)
             numbers = _numbers(path, where, table, KEYS)
             missing = [k for k in KEYS if k not in numbers]
             if missing:
                 raise ParityError(f"{path}: [{where}] is missing {', '.join(missing)}")
             self.defaults[dtype] = numbers
         self.ops: dict[str, dict[str, Any]] = {}
-        for op, table in data.get("op", {}).items():
+        for op, table in _table(path, "op", data.get("op", {})).items():
             self.ops[op] = self._op_entry(op, table, specs)
         self.checks: dict[str, dict[str, float]] = {}
-        for name, table in data.get("checks", {}).items():
-            if not isinstance(table, dict):
-                raise ParityError(f"{path}: [checks.{name}] must be a table")
-            self.checks[name] = _numbers(self.path, f"checks.{name}", table, KEYS)
+        for name, table in _table(path, "checks", data.get("checks", {})).items():
+            self.checks[name] = _numbers(path, f"checks.{name}", _table(path, f"checks.{name}", table), KEYS)
 
     def _op_entry(self, op: str, table: Any, specs: Mapping[str, OpSpec] | None) -> dict[str, Any]:
         path = self.path
         if specs is not None and op not in specs:
             raise ParityError(f"{path}: [op.{op}] unknown op (known: {', '.join(sorted(specs))})")
-        if not isinstance(table, dict):
-            raise ParityError(f"{path}: [op.{op}] must be a table")
-        entry: dict[str, Any] = {"*": _numbers(path, f"op.{op}", table, KEYS)}
+        _table(path, f"op.{op}", table)
+        entry: dict[str, Any] = {"*": _numbers(path, f"op.{op}", table, KEYS, tables=tuple(DTYPES))}
         names = specs[op].compared_names() if specs is not None else None
         for dtype, sub in table.items():
             if not isinstance(sub, dict):
@@ -95,13 +111,15 @@ class Tolerances:
             where = f"op.{op}.{dtype}"
             if dtype not in DTYPES:
                 raise ParityError(f"{path}: [{where}] unknown dtype {dtype!r} (expected {', '.join(DTYPES)})")
-            per_output: dict[str, dict[str, float]] = {"*": _numbers(path, where, sub, KEYS)}
+            per_output: dict[str, dict[str, float]] = {"*": _numbers(path, where, sub, KEYS, tables=names or ())}
             for output, leaf in sub.items():
                 if not isinstance(leaf, dict):
                     continue
                 if names is not None and output not in names:
-                    raise ParityError(f"{path}: [{where}.{output}] op {op!r} has no output or gradient "
-                                      f"{output!r} (expected {', '.join(names)})")
+                    raise ParityError(
+                        f"{path}: [{where}.{output}] op {op!r} has no output or gradient "
+                        f"{output!r} (expected {', '.join(names)})"
+                    )
                 if any(isinstance(v, dict) for v in leaf.values()):
                     raise ParityError(f"{path}: [{where}.{output}] nests too deep")
                 per_output[output] = _numbers(path, f"{where}.{output}", leaf, KEYS)
@@ -119,6 +137,14 @@ class Tolerances:
         merged.update(per_dtype.get("*", {}))
         merged.update(per_dtype.get(quantity, {}))
         return Tolerance(**merged)
+
+    def require(self, dtypes: Iterable[str]) -> None:
+        """Refuse up front a run in a dtype this file has no ``[defaults.<dtype>]`` for (every lookup needs
+        one), rather than after its first case has run."""
+        missing = sorted(set(dtypes) - set(self.defaults))
+        if missing:
+            tables = ", ".join(f"[defaults.{d}]" for d in missing)
+            raise ParityError(f"{self.path}: no {tables} table, needed for the {', '.join(missing)} run")
 
     def check(self, name: str) -> dict[str, float]:
         """A named bound from ``[checks.<name>]``."""

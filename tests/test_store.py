@@ -195,8 +195,9 @@ def test_editing_a_helper_module_the_kernel_uses_makes_it_stale(tmp_path, monkey
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "helper.py").write_text("def launch():\n    return 1\n")
-    (package / "entry.py").write_text("import json\n\nfrom toypkg.helper import launch\n\n\n"
-                                      "def kernel(**kw):\n    return launch()\n")
+    (package / "entry.py").write_text(
+        "import json\n\nfrom toypkg.helper import launch\n\n\ndef kernel(**kw):\n    return launch()\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         before = store_mod.source_hash("toypkg.entry:kernel")
@@ -207,3 +208,64 @@ def test_editing_a_helper_module_the_kernel_uses_makes_it_stale(tmp_path, monkey
     finally:
         for name in ("toypkg", "toypkg.entry", "toypkg.helper"):
             sys.modules.pop(name, None)
+
+
+def _killed_mid_write(root: str, module_dir: str) -> None:
+    """A promote killed (SIGKILL: no cleanup runs) after writing half of its temporary file."""
+    import signal
+
+    sys.path.insert(0, module_dir)
+
+    def die(fd: int) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    os.fsync = die
+    Store(root).put(_key("b2"), {"v": 2}, {})
+
+
+def test_a_promote_killed_mid_write_leaves_a_temp_file_that_is_ignored_then_cleaned(tmp_path, kernel_module):
+    s = Store(tmp_path / "configs")
+    s.put(_key("b1"), {"v": 1}, {})
+    before = s.path("cpu-interpreter", "toy").read_text()
+    child = multiprocessing.get_context("fork").Process(
+        target=_killed_mid_write, args=(str(s.root), str(kernel_module.parent))
+    )
+    child.start()
+    child.join(60)
+    assert child.exitcode == -9
+    folder = s.path("cpu-interpreter", "toy").parent
+    strays = sorted(p.name for p in folder.glob(".toy.json.*.tmp"))
+    assert len(strays) == 1  # what a killed writer leaves behind
+    other = folder / ".other.json.abc.tmp"  # another op's temp file is not this write's to remove
+    other.write_text("")
+    # reading and listing ignore it
+    assert s.path("cpu-interpreter", "toy").read_text() == before
+    assert s.files() == [("cpu-interpreter", "toy")]
+    assert [e["bucket"] for e in s.entries("cpu-interpreter", "toy")] == ["b1"]
+    # the next write (under the lock, so no live writer owns it) removes it
+    s.put(_key("b3"), {"v": 3}, {})
+    assert sorted(p.name for p in folder.glob(".toy.json.*.tmp")) == [] and other.exists()
+    assert [e["bucket"] for e in s.entries("cpu-interpreter", "toy")] == ["b1", "b3"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    [
+        (7, "invalid entry: not an object (int)"),
+        ({"target": "toykernel:kernel"}, "invalid entry: missing field(s) op, dtype, bucket, config, kernel_hash"),
+    ],
+)
+def test_a_malformed_entry_is_stale_not_a_crash(tmp_path, kernel_module, entry, reason):
+    s = Store(tmp_path / "configs")
+    assert s.staleness(entry)[0].startswith(reason)
+
+
+def test_an_entry_whose_kernel_is_gone_is_stale_at_runtime(tmp_path, kernel_module):
+    s = Store(tmp_path / "configs")
+    s.put(_key(), {"v": 1}, {})
+    path = s.path("cpu-interpreter", "toy")
+    data = json.loads(path.read_text())
+    data["entries"][0]["target"] = "toykernel:renamed"
+    path.write_text(json.dumps(data))
+    with pytest.raises(StaleConfigError, match=r"toykernel:renamed cannot be loaded: toykernel has no 'renamed'"):
+        promoted_config("toy", "toykernel:renamed", "float32", "b1", "cpu", s)
