@@ -9,10 +9,11 @@ import helion
 import helion.language as hl
 import torch
 
+from kernels import STATIC_SHAPES
 from kernels.chunk_cumsum import ConfigLike, launch
 
 
-@helion.kernel(static_shapes=True, dot_precision="ieee")
+@helion.kernel(static_shapes=STATIC_SHAPES, dot_precision="ieee")
 def bmm_chunk_kernel(
     a: torch.Tensor,
     b: torch.Tensor,

@@ -8,6 +8,7 @@ keeps each compiled config per argument signature.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Hashable, Mapping
@@ -17,6 +18,8 @@ import helion
 import helion.language as hl
 import torch
 import triton
+
+from kernels import STATIC_SHAPES
 
 ConfigLike = helion.Config | Mapping[str, Any] | None
 
@@ -36,9 +39,21 @@ def _signature(value: Any) -> Hashable:
     return value
 
 
-def launch(kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike) -> Any:
+@functools.cache
+def _static_twin(kernel: helion.Kernel) -> helion.Kernel:
+    """The same kernel compiled per shape (``static_shapes=True``)."""
+    return helion.kernel(kernel.fn, settings=kernel.settings.copy(static_shapes=True))
+
+
+def launch(kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike, *, static: bool = False) -> Any:
     """Run ``kernel(*args)`` with ``config`` (the kernel's default config when None), never autotuning.
-    Compiles once per argument signature and config; later calls skip Helion's binding entirely."""
+    Compiles once per argument signature and config; later calls skip Helion's binding entirely.
+
+    ``static``: run the kernel's static-shape twin (compiled per shape). For a kernel that tiles one tensor's
+    extent and indexes another tensor with that tile, when that extent is 1: Helion 1.5.0's dynamic shapes
+    drop the index of the size-1 dim while the tile keeps its block size (wrong results, e.g. a 1-row norm)."""
+    if static and not kernel.settings.static_shapes:
+        kernel = _static_twin(kernel)
     config_key = None if config is None else json.dumps(dict(config), sort_keys=True, default=str)
     pointers = [arg.data_ptr() for arg in args if isinstance(arg, torch.Tensor)]
     aliasing = tuple(pointers.index(p) for p in pointers)  # Helion also specializes on aliased inputs
@@ -51,7 +66,7 @@ def launch(kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike) -> 
     return compiled(*args)
 
 
-@helion.kernel(static_shapes=True)
+@helion.kernel(static_shapes=STATIC_SHAPES)
 def chunk_cumsum_kernel(
     dt: torch.Tensor,
     A: torch.Tensor,

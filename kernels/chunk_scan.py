@@ -10,10 +10,11 @@ import helion
 import helion.language as hl
 import torch
 
+from kernels import STATIC_SHAPES
 from kernels.chunk_cumsum import ConfigLike, launch
 
 
-@helion.kernel(static_shapes=True, dot_precision="ieee",
+@helion.kernel(static_shapes=STATIC_SHAPES, dot_precision="ieee",
                ignore_warnings=[helion.exc.TensorOperationInWrapper])  # out_x is allocated only with z
 def chunk_scan_kernel(
     cb: torch.Tensor,

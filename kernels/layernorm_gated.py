@@ -29,6 +29,7 @@ import helion.language as hl
 import torch
 import triton
 
+from kernels import STATIC_SHAPES
 from kernels.chunk_cumsum import ConfigLike, launch
 
 MAX_FUSED_BYTES = 65536
@@ -38,7 +39,7 @@ HAS_BACKWARD = True
 """layernorm_fn/rmsnorm_fn differentiate through the Helion backward: the parity engine judges the gradients."""
 
 
-@helion.kernel(static_shapes=True)
+@helion.kernel(static_shapes=STATIC_SHAPES)
 def layer_norm_fwd_kernel(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -90,7 +91,7 @@ def layer_norm_fwd_kernel(
 
 
 # The host-side `bias is None` that sizes the partials is flagged as a tensor operation in the wrapper; it is not.
-@helion.kernel(static_shapes=True, ignore_warnings=[helion.exc.TensorOperationInWrapper])
+@helion.kernel(static_shapes=STATIC_SHAPES, ignore_warnings=[helion.exc.TensorOperationInWrapper])
 def layer_norm_bwd_kernel(
     dy: torch.Tensor,
     x: torch.Tensor,
@@ -280,7 +281,8 @@ def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     rstd (ngroups*M,) fp32), stats laid out group-major (index g*M + row) as in mamba-ssm. ``config`` None:
     :func:`fwd_fallback_config`."""
     args = layer_norm_fwd_args(x, weight, bias, eps, z, out, group_size, norm_before_gate, is_rms_norm)
-    launch(layer_norm_fwd_kernel, args, fwd_fallback_config(args[9]) if config is None else config)
+    launch(layer_norm_fwd_kernel, args, fwd_fallback_config(args[9]) if config is None else config,
+           static=x.shape[0] == 1)
     out, mean, rstd = args[4:7]
     return out, None if mean is None else mean.view(-1), rstd.view(-1)
 
@@ -330,7 +332,7 @@ def layer_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias
     if config is None:
         m, n = x.shape
         config = bwd_fallback_config(m, n // args[10], args[11], x.device)
-    sums = launch(layer_norm_bwd_kernel, args, config).sum(1)
+    sums = launch(layer_norm_bwd_kernel, args, config, static=x.shape[0] == 1).sum(1)
     dx, dz, out = args[7], args[8], args[9]
     dw = sums[0].to(weight.dtype)
     db = None if bias is None else sums[1].to(bias.dtype)

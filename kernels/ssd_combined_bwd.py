@@ -33,10 +33,11 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from kernels import STATIC_SHAPES
 from kernels.chunk_cumsum import ConfigLike, launch
 from kernels.state_passing import _affine_combine
 
-_DOT = {"static_shapes": True, "dot_precision": "ieee"}
+_DOT = {"static_shapes": STATIC_SHAPES, "dot_precision": "ieee"}
 
 
 @helion.kernel(**_DOT)
@@ -71,7 +72,7 @@ def dstates_kernel(dy: torch.Tensor, C: torch.Tensor, dA_cumsum: torch.Tensor,
     return dstates
 
 
-@helion.kernel(static_shapes=True)
+@helion.kernel(static_shapes=STATIC_SHAPES)
 def state_passing_bwd_kernel(
     dstates: torch.Tensor,
     states: torch.Tensor,

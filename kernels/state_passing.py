@@ -11,6 +11,7 @@ import helion.language as hl
 import torch
 import triton
 
+from kernels import STATIC_SHAPES
 from kernels.chunk_cumsum import ConfigLike, launch
 
 
@@ -22,7 +23,7 @@ def _affine_combine(left: tuple[torch.Tensor, torch.Tensor],
     return a1 * a2, a2 * b1 + b2
 
 
-@helion.kernel(static_shapes=True)
+@helion.kernel(static_shapes=STATIC_SHAPES)
 def state_passing_kernel(
     states: torch.Tensor,
     dA_chunk_cumsum: torch.Tensor,

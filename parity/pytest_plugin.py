@@ -4,7 +4,9 @@ parametrized test case per registered op, implementation and dtype (any test tha
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -19,6 +21,9 @@ class ParityCase:
     spec: OpSpec
     impl: Impl
     dtype_name: str
+
+
+_START = pytest.StashKey[float]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,6 +51,18 @@ def _cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_START] = time.perf_counter()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """One line with the device, the profile and the wall time of the whole run (the GPU suite's budget)."""
+    start = config.stash.get(_START, None)
+    if start is not None:
+        terminalreporter.write_line(f"parity: device {_device(config)}, profile {_profile_name(config)}, "
+                                    f"{time.perf_counter() - start:.1f} s wall")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

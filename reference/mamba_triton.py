@@ -21,6 +21,7 @@ also attributes of this module (``mamba_triton._chunk_scan_bwd_dx(...)``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -82,7 +83,68 @@ def prepare(*values: Any) -> None:
 
 
 def _module(name: str) -> ModuleType:
-    return _triton_shims.load_mamba_triton(name)
+    module = _triton_shims.load_mamba_triton(name)
+    if name not in _PINNED_MODULES and os.environ.get("TRITON_INTERPRET") != "1":
+        from triton.runtime.autotuner import Autotuner, Heuristics
+
+        _PINNED_MODULES.add(name)
+        for value in vars(module).values():
+            while isinstance(value, Heuristics):
+                value = value.fn
+            if isinstance(value, Autotuner):
+                _pin(value)
+    return module
+
+
+# ---------------------------------------------------------------------------------------------
+# The baseline's autotuning, on the GPU: once per kernel, then pinned
+
+_PINNED_MODULES: set[str] = set()
+
+BASELINE_CONFIGS: dict[str, str] = {}
+"""What each autotuned mamba-ssm kernel ran with, by ``kernel[dtypes]``: the config its autotune chose the
+first time the kernel ran with those dtypes (the gate runs the op's training shape first), or a note that a
+shape needed its own autotune because the pinned config did not fit it. Recorded in the results."""
+
+
+def _pin(tuner: Any) -> None:
+    """Make ``tuner`` autotune once per argument dtypes, then run every later key with that choice.
+
+    mamba-ssm's ``@triton.autotune`` benchmarks all its configs for every new (chunk_size, hdim, dstate,
+    nheads) key: a gate over generated shapes would spend most of its time there. The baseline's error, not
+    its speed, is what the gate uses, and one config serves every shape. A pinned config that does not fit a
+    shape (out of shared memory) falls back to autotuning that key. fp32 runs compile their dots in IEEE fp32
+    (``TRITON_F32_DEFAULT=ieee``; mamba-ssm's default is TF32): the fp32 rule judges candidates against a
+    true-fp32 baseline, so a TF32 candidate cannot pass."""
+    from triton import knobs
+    from triton.runtime.errors import OutOfResources
+
+    original, every = tuner.run, list(tuner.configs)
+    chosen: dict[tuple[str, ...], Any] = {}
+    name = tuner.base_fn.__name__
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        named = {**dict(zip(tuner.arg_names, args, strict=False)), **kwargs}
+        dtypes = tuple(str(v.dtype).removeprefix("torch.") for v in named.values() if isinstance(v, torch.Tensor))
+        label = f"{name}[{','.join(sorted(set(dtypes)))}]"
+        half = any(d in ("float16", "bfloat16") for d in dtypes)
+        with knobs.language.scope():
+            if not half:
+                knobs.language.fp32_default = "ieee"
+            if dtypes in chosen:
+                tuner.configs = [chosen[dtypes]]
+                try:
+                    return original(*args, **kwargs)
+                except OutOfResources:
+                    BASELINE_CONFIGS[f"{label} (other shapes)"] = "autotuned per key: pinned config out of resources"
+            tuner.configs = every
+            result = original(*args, **kwargs)
+            if dtypes not in chosen:
+                chosen[dtypes] = tuner.best_config
+                BASELINE_CONFIGS[label] = str(tuner.best_config)
+            return result
+
+    tuner.run = run
 
 
 def wrapper(name: str) -> Callable[..., Any]:

@@ -1,0 +1,85 @@
+"""The baseline's autotune pinning (reference.mamba_triton._pin), with a stand-in autotuner: mamba-ssm's
+kernels autotune once per argument dtypes, then run every later key with that choice; a pinned config that
+does not fit falls back to autotuning; fp32 runs compile their dots in IEEE fp32."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from triton import knobs
+from triton.runtime.errors import OutOfResources
+
+from reference import mamba_triton
+
+
+class FakeTuner:
+    """What _pin reads of a triton Autotuner: run, configs, best_config, arg_names, base_fn.__name__."""
+
+    def __init__(self, configs: list[str], too_big: set[tuple[str, int]] = frozenset()) -> None:
+        self.configs = configs
+        self.arg_names = ["x", "n"]
+        self.base_fn = SimpleNamespace(__name__="fake_kernel")
+        self.too_big = too_big
+        self.benchmarked: list[int] = []
+        self.ran: list[tuple[str, int, str | None]] = []
+        self.best_config: str | None = None
+
+    def run(self, x: torch.Tensor, n: int) -> str:
+        if len(self.configs) > 1:  # "autotune": the choice depends on the key n
+            self.benchmarked.append(n)
+            config = self.configs[n % len(self.configs)]
+        else:
+            config = self.configs[0]
+            if (config, n) in self.too_big:
+                raise OutOfResources(1 << 20, 1 << 18, "shared memory")
+        self.best_config = config
+        self.ran.append((config, n, knobs.language.fp32_default))
+        return config
+
+
+@pytest.fixture(autouse=True)
+def _clean_record():
+    saved = dict(mamba_triton.BASELINE_CONFIGS)
+    mamba_triton.BASELINE_CONFIGS.clear()
+    yield
+    mamba_triton.BASELINE_CONFIGS.clear()
+    mamba_triton.BASELINE_CONFIGS.update(saved)
+
+
+def test_autotunes_once_per_dtypes_then_pins():
+    tuner = FakeTuner(["a", "b", "c"])
+    mamba_triton._pin(tuner)
+    bf16, fp32 = torch.zeros(2, dtype=torch.bfloat16), torch.zeros(2)
+    assert tuner.run(bf16, 1) == "b"  # the first key autotunes
+    assert tuner.run(bf16, 2) == "b"  # a new key reuses that choice: no benchmark
+    assert tuner.run(fp32, 2) == "c"  # other dtypes autotune once for themselves
+    assert tuner.run(fp32, 0) == "c"
+    assert tuner.benchmarked == [1, 2]
+    assert mamba_triton.BASELINE_CONFIGS == {"fake_kernel[bfloat16]": "b", "fake_kernel[float32]": "c"}
+
+
+def test_fp32_dots_in_ieee_half_precision_untouched():
+    tuner = FakeTuner(["a", "b"])
+    mamba_triton._pin(tuner)
+    tuner.run(torch.zeros(2), 0)
+    tuner.run(torch.zeros(2, dtype=torch.float16), 0)
+    assert [r[2] for r in tuner.ran] == ["ieee", None]
+    assert knobs.language.fp32_default is None  # restored after the call
+
+
+def test_config_that_does_not_fit_falls_back_to_autotuning():
+    tuner = FakeTuner(["a", "b"], too_big={("b", 3)})
+    mamba_triton._pin(tuner)
+    x = torch.zeros(2, dtype=torch.bfloat16)
+    assert tuner.run(x, 1) == "b"
+    assert tuner.run(x, 3) == "b"  # "b" raised; the key was autotuned (3 % 2 -> "b" again here)
+    assert tuner.benchmarked == [1, 3]
+    assert any("out of resources" in v for v in mamba_triton.BASELINE_CONFIGS.values())
+
+
+def test_wrapped_run_passes_keyword_arguments():
+    tuner = FakeTuner(["a"])
+    mamba_triton._pin(tuner)
+    assert tuner.run(x=torch.zeros(1), n=0) == "a"
