@@ -39,9 +39,11 @@ class QuantityResult:
         """One line: what was compared, both errors and the bound."""
         c = self.candidate
         base = f"baseline err {self.baseline.max_abs:.3e}" if self.baseline else "no baseline"
-        return (f"{self.name}: max_abs {c.max_abs:.3e} (bound {self.bound:.3e}; {base}), rel_l2 {c.rel_l2:.2e}, "
-                f"nan {c.nan}, inf {c.inf}, worst at {list(c.worst_index)}: got {c.worst_value:.6g}, "
-                f"oracle {c.worst_oracle:.6g}")
+        return (
+            f"{self.name}: max_abs {c.max_abs:.3e} (bound {self.bound:.3e}; {base}), rel_l2 {c.rel_l2:.2e}, "
+            f"nan {c.nan}, inf {c.inf}, worst at {list(c.worst_index)}: got {c.worst_value:.6g}, "
+            f"oracle {c.worst_oracle:.6g}"
+        )
 
 
 @dataclass
@@ -67,8 +69,10 @@ class CaseResult:
         """A shell command that re-runs exactly this case."""
         problem = json.dumps(self.problem, sort_keys=True, separators=(",", ":"))
         layout = f" --layout {self.layout}" if self.layout != "contiguous" else ""
-        return (f"parity check --op {self.op} --impl {self.impl} --dtype {self.dtype} --seed {self.seed} "
-                f"--device {self.device}{layout} --problem {shlex.quote(problem)}")
+        return (
+            f"parity check --op {self.op} --impl {self.impl} --dtype {self.dtype} --seed {self.seed} "
+            f"--device {self.device}{layout} --problem {shlex.quote(problem)}"
+        )
 
     def message(self) -> str:
         """A failure report naming op, implementation, quantity, dtype, shape, seed and a reproducer."""
@@ -76,8 +80,9 @@ class CaseResult:
         lines = [f"{'PASS' if self.passed else 'FAIL'} {head}"]
         lines += [f"  error: {e}" for e in self.errors]
         lines += [f"  note: {n}" for n in self.notes]
-        lines += [f"  {'ok  ' if q.passed else 'FAIL'} {q.describe()}" for q in self.quantities
-                  if not q.passed or self.passed]
+        lines += [
+            f"  {'ok  ' if q.passed else 'FAIL'} {q.describe()}" for q in self.quantities if not q.passed or self.passed
+        ]
         lines.append(f"  reproduce: {self.reproducer()}")
         return "\n".join(lines)
 
@@ -135,8 +140,7 @@ def _clone(value: Any) -> Any:
         return value
     if value.is_contiguous() and value.storage_offset() == 0:
         return value.detach().clone()
-    base = torch.empty(value.untyped_storage().nbytes() // value.element_size(), dtype=value.dtype,
-                       device=value.device)
+    base = torch.empty(value.untyped_storage().nbytes() // value.element_size(), dtype=value.dtype, device=value.device)
     copy = base.as_strided(value.shape, value.stride(), value.storage_offset())
     copy.copy_(value.detach())
     return copy
@@ -160,8 +164,12 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(a, b))
 
 
-def execute(spec: OpSpec, fn: Callable[..., Any], inputs: Mapping[str, Any],
-            upstream: Callable[[str, torch.Tensor], torch.Tensor] | None) -> Run:
+def execute(
+    spec: OpSpec,
+    fn: Callable[..., Any],
+    inputs: Mapping[str, Any],
+    upstream: Callable[[str, torch.Tensor], torch.Tensor] | None,
+) -> Run:
     """Call ``fn`` on copies of ``inputs``; then backward with ``upstream(name, out)`` gradients."""
     run = Run()
     args = {k: _clone(v) for k, v in inputs.items()}
@@ -182,15 +190,19 @@ def execute(spec: OpSpec, fn: Callable[..., Any], inputs: Mapping[str, Any],
             run.errors.append(f"input {name!r} was modified in place")
     if not wanted:
         return run
-    pairs = [(o, upstream(n, o)) for n, o in zip(spec.outputs, outs, strict=True)
-             if isinstance(o, torch.Tensor) and o.is_floating_point()]
+    pairs = [
+        (o, upstream(n, o))
+        for n, o in zip(spec.outputs, outs, strict=True)
+        if isinstance(o, torch.Tensor) and o.is_floating_point()
+    ]
     differentiable = [(o, g) for o, g in pairs if o.requires_grad]
     if not differentiable:
         run.errors.append("no output is differentiable: backward not implemented")
         return run
     try:
-        grads = torch.autograd.grad([o for o, _ in differentiable], [args[n] for n in wanted],
-                                    [g for _, g in differentiable], allow_unused=True)
+        grads = torch.autograd.grad(
+            [o for o, _ in differentiable], [args[n] for n in wanted], [g for _, g in differentiable], allow_unused=True
+        )
     except Exception as exc:
         run.errors.append(f"backward raised {type(exc).__name__}: {exc}".strip())
         return run
@@ -211,8 +223,15 @@ def _upstream_grads(seed: int) -> Callable[[str, torch.Tensor], torch.Tensor]:
     return upstream
 
 
-def _compare(spec: OpSpec, dtype: str, tolerances: Tolerances, oracle: Run, run: Run,
-             baseline: Run | None, forward_only: bool = False) -> tuple[list[QuantityResult], list[str]]:
+def _compare(
+    spec: OpSpec,
+    dtype: str,
+    tolerances: Tolerances,
+    oracle: Run,
+    run: Run,
+    baseline: Run | None,
+    forward_only: bool = False,
+) -> tuple[list[QuantityResult], list[str]]:
     results: list[QuantityResult] = []
     errors: list[str] = []
     for name in spec.compared_names():
@@ -250,12 +269,35 @@ def check_inputs(spec: OpSpec, problem: Problem, inputs: Mapping[str, Any]) -> N
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             bad = int((~torch.isfinite(value)).sum())
             if bad:
-                raise ParityError(f"{spec.name}: input {name!r} has {bad} NaN/Inf values "
-                                  f"(problem {json.dumps(dict(problem))}); inputs must be finite")
+                raise ParityError(
+                    f"{spec.name}: input {name!r} has {bad} NaN/Inf values "
+                    f"(problem {json.dumps(dict(problem))}); inputs must be finite"
+                )
 
 
 _SHARED: dict[tuple, tuple[Run, Run | None]] = {}
 _SHARED_LIMIT = 64
+
+
+def _impl_key(impl: Impl | None) -> tuple | None:
+    """What an implementation's runs depend on; a callable target counts by identity (and the key keeps it
+    alive, so its id cannot be reused by another while cached)."""
+    return None if impl is None else (impl.name, impl.target, repr(impl.config), impl.backward)
+
+
+def _spec_key(spec: OpSpec) -> tuple:
+    """Everything of a spec that the oracle and baseline runs depend on: the input generator (by identity: two
+    variants of one op with other inputs must not share runs), the reference, the baseline, and what is run and
+    compared."""
+    return (
+        spec.name,
+        spec.make_inputs,
+        _impl_key(spec.reference),
+        _impl_key(spec.baseline),
+        spec.outputs,
+        spec.grad_inputs,
+        spec.mutable_inputs,
+    )
 
 
 def _remember(key: tuple, oracle: Run, base_run: Run | None) -> None:
@@ -269,23 +311,42 @@ def _remember(key: tuple, oracle: Run, base_run: Run | None) -> None:
         _SHARED.pop(next(iter(_SHARED)))
 
 
-def run_problem(spec: OpSpec, impls: Sequence[Impl], problem: Problem, dtype: torch.dtype, seed: int,
-                device: str, tolerances: Tolerances, backward: bool = True,
-                poison: Sequence[str] = ("nan",), layout: str = "contiguous",
-                relayout_inputs: Sequence[str] = ()) -> list[CaseResult]:
+def run_problem(
+    spec: OpSpec,
+    impls: Sequence[Impl],
+    problem: Problem,
+    dtype: torch.dtype,
+    seed: int,
+    device: str,
+    tolerances: Tolerances,
+    backward: bool = True,
+    poison: Sequence[str] = ("nan",),
+    layout: str = "contiguous",
+    relayout_inputs: Sequence[str] = (),
+) -> list[CaseResult]:
     """Check each of ``impls`` on one problem; the oracle and the baseline run once and are shared.
 
     Each implementation runs once per ``poison`` pattern (its fresh allocations pre-filled with it,
     see :mod:`parity.poison`) and must pass every time; the baseline that sets the bounds runs clean.
     ``layout`` re-lays the ``relayout_inputs`` out in memory (see :func:`relayout`) for every run.
+    A problem the op's schema rejects raises ParityError before any work (:meth:`OpSpec.validate`).
     """
+    spec.validate(problem, [dtype])
     dev = torch.device(device)
     inputs = spec.make_inputs(problem, dtype, seed, dev)
     inputs = {k: relayout(v, layout) if k in relayout_inputs else v for k, v in inputs.items()}
     check_inputs(spec, problem, inputs)
     upstream = _upstream_grads(seed) if backward and spec.grad_inputs else None
-    key = (spec.name, repr(spec.reference), repr(spec.baseline), json.dumps(problem, sort_keys=True), str(dtype),
-           seed, device, upstream is not None, layout, tuple(relayout_inputs))
+    key = (
+        _spec_key(spec),
+        json.dumps(problem, sort_keys=True),
+        str(dtype),
+        seed,
+        device,
+        upstream is not None,
+        layout,
+        tuple(relayout_inputs),
+    )
     oracle, base_run = _SHARED.get(key, (None, None))
     if oracle is None:
         oracle = execute(spec, spec.reference.load(), {k: _upcast(v) for k, v in inputs.items()}, upstream)
@@ -301,7 +362,8 @@ def run_problem(spec: OpSpec, impls: Sequence[Impl], problem: Problem, dtype: to
         fn = impl.load()
         grads = upstream if impl.backward else None
         runs = [(p, execute(spec, poisoned(fn, p), inputs, grads)) for p in poison] or [
-            ("", base_run if is_baseline and base_run is not None else execute(spec, fn, inputs, grads))]
+            ("", base_run if is_baseline and base_run is not None else execute(spec, fn, inputs, grads))
+        ]
         case = None
         for pattern, run in runs:
             case = CaseResult(spec.name, impl.name, name, device, dict(problem), seed, layout=layout)
@@ -309,8 +371,9 @@ def run_problem(spec: OpSpec, impls: Sequence[Impl], problem: Problem, dtype: to
             if base_run is not None and base_run.errors and not is_baseline:
                 case.notes.append(f"baseline {spec.baseline.name} failed, absolute bounds used: {base_run.errors[0]}")
             if not run.errors:
-                case.quantities, case.errors = _compare(spec, name, tolerances, oracle, run,
-                                                        None if is_baseline else base_run, not impl.backward)
+                case.quantities, case.errors = _compare(
+                    spec, name, tolerances, oracle, run, None if is_baseline else base_run, not impl.backward
+                )
             if upstream is not None and not impl.backward:
                 case.notes.append("forward only: this implementation has no backward yet")
             if not case.passed:

@@ -10,7 +10,8 @@ lazily, so registering an op imports neither triton nor helion.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,13 @@ Problem = Mapping[str, Any]
 
 InputMaker = Callable[[Problem, torch.dtype, int, torch.device], dict[str, Any]]
 """(problem, dtype, seed, device) -> keyword arguments of the op."""
+
+ProblemCheck = Callable[[Problem, torch.dtype], None]
+"""(problem, dtype) -> None: raises ParityError, one line naming the field, if the op cannot run the problem
+in that dtype."""
+
+FieldCheck = Callable[[str, Any], None]
+"""(field name, value) -> None: raises ParityError naming the field if the value is malformed."""
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -44,6 +52,95 @@ def parse_dtype(name: str) -> torch.dtype:
     if key not in DTYPES:
         raise ParityError(f"unknown dtype {name!r}: expected one of {', '.join(DTYPES)}")
     return DTYPES[key]
+
+
+# ---------------------------------------------------------------------------------------------
+# Problem schemas: declared fields, checked before any work so that a typo or a malformed value in a
+# reproducer is a one-line usage error, never a traceback, a silently ignored key or a parity FAIL.
+
+
+def _bad(name: str, expected: str, value: Any) -> ParityError:
+    import json
+
+    try:
+        shown = json.dumps(value)
+    except (TypeError, ValueError):
+        shown = repr(value)
+    return ParityError(f"problem field {name!r} must be {expected}, got {shown}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def integer(lo: int, hi: int | None = None) -> FieldCheck:
+    """An integer (not a boolean) in [lo, hi]."""
+    expected = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
+
+    def check(name: str, value: Any) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < lo or (hi is not None and value > hi):
+            raise _bad(name, expected, value)
+
+    return check
+
+
+def flag(name: str, value: Any) -> None:
+    """A boolean."""
+    if not isinstance(value, bool):
+        raise _bad(name, "true or false", value)
+
+
+def one_of(*choices: Any) -> FieldCheck:
+    """One of the given JSON values."""
+    expected = "one of " + ", ".join(map(repr, choices))
+
+    def check(name: str, value: Any) -> None:
+        if isinstance(value, bool) or value not in choices:
+            raise _bad(name, expected, value)
+
+    return check
+
+
+def number(lo: float, hi: float) -> FieldCheck:
+    """A finite number in [lo, hi]."""
+
+    def check(name: str, value: Any) -> None:
+        if not _is_number(value) or not math.isfinite(value) or not lo <= value <= hi:
+            raise _bad(name, f"a finite number in [{lo:g}, {hi:g}]", value)
+
+    return check
+
+
+def increasing_pair(lo: float, hi: float, strict: bool = False, nullable: bool = False) -> FieldCheck:
+    """Two numbers [a, b] with lo <= a <= b <= hi (a < b if ``strict``); null too if ``nullable``."""
+    order = "<" if strict else "<="
+    expected = f"two numbers [a, b] with {lo:g} <= a {order} b <= {hi:g}" + (", or null" if nullable else "")
+
+    def check(name: str, value: Any) -> None:
+        if value is None and nullable:
+            return
+        if not isinstance(value, list | tuple) or len(value) != 2 or not all(map(_is_number, value)):
+            raise _bad(name, expected, value)
+        a, b = value
+        if math.isnan(a) or math.isnan(b) or not lo <= a <= b <= hi or (strict and a == b):
+            raise _bad(name, expected, value)
+
+    return check
+
+
+def check_fields(problem: Problem, required: Mapping[str, FieldCheck], optional: Mapping[str, FieldCheck]) -> None:
+    """Every required field present, no field undeclared, every value well-formed (relations between
+    fields are the op's own check)."""
+    declared = {**required, **optional}
+    unknown = sorted(str(k) for k in problem if k not in declared)
+    if unknown:
+        raise ParityError(f"unknown problem field {unknown[0]!r}: expected fields among {', '.join(declared)}")
+    for name in required:
+        if name not in problem:
+            raise ParityError(f"problem field {name!r} is missing")
+    for name, check in declared.items():
+        if name in problem:
+            check(name, problem[name])
 
 
 @dataclass(frozen=True)
@@ -92,6 +189,8 @@ class OpSpec:
         re-runs with them re-laid out (see parity.runner.relayout).
     bucket: the config-store shape bucket of a problem (configs are promoted per bucket).
     check_config: raises ParityError if a candidate config is malformed (before any run).
+    check_problem: raises ParityError if a problem is malformed or outside what the op supports in a
+        dtype (see :meth:`validate`); None accepts any JSON object.
     """
 
     name: str
@@ -110,8 +209,22 @@ class OpSpec:
     relayout_inputs: tuple[str, ...] = ()
     bucket: Callable[[Problem], str] = lambda problem: "*"
     check_config: Callable[[Mapping[str, Any]], None] | None = None
+    check_problem: ProblemCheck | None = None
     description: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def validate(self, problem: Any, dtypes: Sequence[torch.dtype] | None = None) -> None:
+        """Raise ParityError, one line naming the op and the field, unless ``problem`` is a problem this op can
+        run in each of ``dtypes`` (default: every dtype the op is checked in). Called before any work."""
+        if not isinstance(problem, Mapping):
+            raise ParityError(f"{self.name}: a problem must be a JSON object of fields, got {problem!r}")
+        if self.check_problem is None:
+            return
+        for dtype in self.dtypes if dtypes is None else dtypes:
+            try:
+                self.check_problem(problem, dtype)
+            except ParityError as exc:
+                raise ParityError(f"{self.name}: {exc}") from None
 
     def impls(self) -> dict[str, Impl]:
         """All implementations that can be checked against the oracle, by name."""
@@ -122,8 +235,9 @@ class OpSpec:
         """The implementation called ``name``; a clear error if there is none."""
         impls = self.impls()
         if name not in impls:
-            raise ParityError(f"op {self.name!r} has no implementation {name!r}: "
-                              f"expected one of {', '.join(impls) or '(none)'}")
+            raise ParityError(
+                f"op {self.name!r} has no implementation {name!r}: expected one of {', '.join(impls) or '(none)'}"
+            )
         return impls[name]
 
     def compared_names(self) -> tuple[str, ...]:
