@@ -1,8 +1,9 @@
 """How long the gate takes: one config of each op over at least 50 generated shapes, forward and backward,
 compilation included (the gpu profile plus the op's training shapes), with the number of Triton compilations
-it caused (Helion's generated kernels and mamba-ssm's baseline alike).
+it caused in this process (Helion's generated kernels and mamba-ssm's baseline alike; worker processes'
+compilations are not counted).
 
-    python bench/gate_speed.py --op layernorm_gated --op ssd_combined --examples 50 --json gate-speed.json
+    python bench/gate_speed.py --op layernorm_gated --op ssd_combined --examples 50 --workers 12 --json out.json
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def main() -> int:
     parser.add_argument("--impl", default="helion")
     parser.add_argument("--examples", type=int, default=50)
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--workers", type=int, default=1, help="processes the gate's problems are spread over")
     parser.add_argument("--json", dest="json_path", default=None)
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -66,12 +68,13 @@ def main() -> int:
                   f"{json.dumps(case.problem, sort_keys=True)}", flush=True)
 
         report = gate(spec, spec.impl(args.impl), "cuda", get_profile("gpu"), tols, [getattr(torch, args.dtype)],
-                      max_examples=args.examples, on_result=progress)
+                      max_examples=args.examples, on_result=progress, workers=args.workers)
         seconds = time.perf_counter() - start
         shapes = {json.dumps(c.problem, sort_keys=True) for c in report.cases}
         from reference.mamba_triton import BASELINE_CONFIGS
 
-        result = {"op": op, "impl": args.impl, "dtype": args.dtype, "seconds": round(seconds, 1),
+        result = {"op": op, "impl": args.impl, "dtype": args.dtype, "workers": args.workers,
+                  "seconds": round(seconds, 1),
                   "cases": len(report.cases), "distinct_shapes": len(shapes), "passed": report.passed,
                   "triton_compilations": sum(compiled.values()), "compilations_by_kernel": dict(compiled),
                   "baseline_configs": dict(BASELINE_CONFIGS), "gpu": torch.cuda.get_device_name(),

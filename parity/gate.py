@@ -15,8 +15,9 @@ import torch
 from parity.errors import ParityError
 from parity.runner import CaseResult, _same, execute, run_problem
 from parity.spec import Impl, OpSpec, dtype_name
-from parity.strategies import Profile, drive
+from parity.strategies import Profile, plan
 from parity.tolerances import Tolerances
+from parity.workers import run_cases
 
 
 def load_config(path: Path | str) -> dict[str, Any]:
@@ -185,10 +186,12 @@ def gate(
     max_examples: int | None = None,
     reruns: int = 2,
     on_result: Callable[[CaseResult], None] | None = None,
+    workers: int = 1,
 ) -> GateReport:
     """Check ``impl`` on the profile's problems plus the op's training problems (on CUDA), forward and
     backward, each with NaN- and garbage-filled allocations, then rerun for determinism. A malformed config,
-    no dtype or a dtype without default tolerances is a ParityError before anything runs."""
+    no dtype or a dtype without default tolerances is a ParityError before anything runs. ``workers`` > 1
+    spreads the problems over that many processes (see parity.workers; the op must be registered)."""
     if not dtypes:
         raise ParityError(f"no dtype to gate {spec.name} in (the op runs {', '.join(map(dtype_name, spec.dtypes))})")
     tolerances.require(dtype_name(d) for d in dtypes)
@@ -205,18 +208,8 @@ def gate(
             on_result(result)
 
     for dtype in dtypes:
-        drive(
-            spec,
-            [impl],
-            dtype,
-            device,
-            profile,
-            tolerances,
-            on_result=record,
-            raise_on_fail=False,
-            max_examples=max_examples,
-            poison=("nan", "garbage"),
-        )
+        cases = plan(spec, profile, device, max_examples)
+        run_cases(spec, [impl], cases, dtype, device, tolerances, ("nan", "garbage"), workers, record)
         # On CUDA the driver may already have judged the training problems (seed 0): never twice.
         judged = {(json.dumps(c.problem, sort_keys=True), c.seed, c.dtype) for c in report.cases}
         for problem in spec.training_problems:

@@ -92,7 +92,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 if not profile.wants(dtype_name(dtype)):
                     continue
                 marks = [pytest.mark.gpu] if on_gpu else []
-                marks.append(pytest.mark.xdist_group(name))  # one process per op shares its oracle runs
+                # One process per op (per op and dtype on the GPU, whose many cores compile in parallel) shares
+                # the oracle and baseline runs of the op's problems among its implementations.
+                marks.append(pytest.mark.xdist_group(f"{name}-{dtype_name(dtype)}" if on_gpu else name))
                 case = ParityCase(spec, impl, dtype_name(dtype))
                 params.append(pytest.param(case, id=f"{name}-{impl.name}-{case.dtype_name}", marks=marks))
     metafunc.parametrize("parity_case", params)

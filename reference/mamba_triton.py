@@ -21,8 +21,11 @@ also attributes of this module (``mamba_triton._chunk_scan_bwd_dx(...)``).
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -102,13 +105,41 @@ def _module(name: str) -> ModuleType:
 _PINNED_MODULES: set[str] = set()
 
 BASELINE_CONFIGS: dict[str, str] = {}
-"""What each autotuned mamba-ssm kernel ran with, by ``kernel[dtypes]``: the config its autotune chose the
-first time the kernel ran with those dtypes (the gate runs the op's training shape first), or a note that a
-shape needed its own autotune because the pinned config did not fit it. Recorded in the results."""
+"""What each autotuned mamba-ssm kernel ran with, by ``kernel[float dtypes]``: the config its autotune chose
+the first time the kernel ran with those dtypes (the gate runs the op's training shape first), or the one
+recorded for this GPU in :data:`AUTOTUNE_RECORD`, and a note where a shape needed its own autotune because the
+pinned config did not fit it. Recorded in the results."""
+
+AUTOTUNE_RECORD = Path(__file__).with_name("mamba_autotune.json")
+"""mamba-ssm's autotune choices at the training shapes, per GPU name and ``kernel[float dtypes]``, written by
+a GPU run with ``PARITY_RECORD_BASELINE=1`` (see :func:`_pin`). A process that finds its kernel here runs it
+with that config and never autotunes it, so a gate does not pay mamba-ssm's autotuning on every start."""
+
+
+def _recorded() -> dict[str, dict[str, Any]]:
+    """This GPU's recorded choices (empty without a record or a GPU)."""
+    if not AUTOTUNE_RECORD.exists() or not torch.cuda.is_available():
+        return {}
+    return json.loads(AUTOTUNE_RECORD.read_text()).get(torch.cuda.get_device_name(), {})
+
+
+def _record(label: str, config: Any) -> None:
+    """Add one autotune choice to :data:`AUTOTUNE_RECORD` (locked read, merge, atomic replace: several processes
+    may record at once)."""
+    with open(AUTOTUNE_RECORD.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = json.loads(AUTOTUNE_RECORD.read_text()) if AUTOTUNE_RECORD.exists() else {}
+        data.setdefault(torch.cuda.get_device_name(), {})[label] = {
+            "kwargs": config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages,
+            "num_ctas": config.num_ctas, "maxnreg": config.maxnreg}
+        tmp = AUTOTUNE_RECORD.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        tmp.replace(AUTOTUNE_RECORD)
 
 
 def _pin(tuner: Any) -> None:
-    """Make ``tuner`` autotune once per argument dtypes, then run every later key with that choice.
+    """Make ``tuner`` autotune once per float dtypes of its arguments, then run every later key with that
+    choice (or, from the start, with the choice recorded for this GPU in :data:`AUTOTUNE_RECORD`).
 
     mamba-ssm's ``@triton.autotune`` benchmarks all its configs for every new (chunk_size, hdim, dstate,
     nheads) key: a gate over generated shapes would spend most of its time there. The baseline's error, not
@@ -116,32 +147,37 @@ def _pin(tuner: Any) -> None:
     shape (out of shared memory) falls back to autotuning that key. fp32 runs compile their dots in IEEE fp32
     (``TRITON_F32_DEFAULT=ieee``; mamba-ssm's default is TF32): the fp32 rule judges candidates against a
     true-fp32 baseline, so a TF32 candidate cannot pass."""
-    from triton import knobs
+    from triton import Config, knobs
     from triton.runtime.errors import OutOfResources
 
     original, every = tuner.run, list(tuner.configs)
-    chosen: dict[tuple[str, ...], Any] = {}
+    chosen: dict[str, Any] = {}
     name = tuner.base_fn.__name__
 
     def run(*args: Any, **kwargs: Any) -> Any:
         named = {**dict(zip(tuner.arg_names, args, strict=False)), **kwargs}
-        dtypes = tuple(str(v.dtype).removeprefix("torch.") for v in named.values() if isinstance(v, torch.Tensor))
-        label = f"{name}[{','.join(sorted(set(dtypes)))}]"
-        half = any(d in ("float16", "bfloat16") for d in dtypes)
+        floats = sorted({str(v.dtype).removeprefix("torch.") for v in named.values()
+                         if isinstance(v, torch.Tensor) and v.is_floating_point()})
+        label = f"{name}[{','.join(floats)}]"
+        if label not in chosen and (record := _recorded().get(label)):
+            chosen[label] = Config(**record)
+            BASELINE_CONFIGS[label] = f"{chosen[label]} (recorded in {AUTOTUNE_RECORD.name})"
         with knobs.language.scope():
-            if not half:
+            if not {"float16", "bfloat16"} & set(floats):
                 knobs.language.fp32_default = "ieee"
-            if dtypes in chosen:
-                tuner.configs = [chosen[dtypes]]
+            if label in chosen:
+                tuner.configs = [chosen[label]]
                 try:
                     return original(*args, **kwargs)
                 except OutOfResources:
                     BASELINE_CONFIGS[f"{label} (other shapes)"] = "autotuned per key: pinned config out of resources"
             tuner.configs = every
             result = original(*args, **kwargs)
-            if dtypes not in chosen:
-                chosen[dtypes] = tuner.best_config
+            if label not in chosen:
+                chosen[label] = tuner.best_config
                 BASELINE_CONFIGS[label] = str(tuner.best_config)
+                if os.environ.get("PARITY_RECORD_BASELINE") == "1":
+                    _record(label, tuner.best_config)
             return result
 
     tuner.run = run

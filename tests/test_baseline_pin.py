@@ -5,6 +5,7 @@ does not fit falls back to autotuning; fp32 runs compile their dots in IEEE fp32
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -26,13 +27,13 @@ class FakeTuner:
         self.ran: list[tuple[str, int, str | None]] = []
         self.best_config: str | None = None
 
-    def run(self, x: torch.Tensor, n: int) -> str:
+    def run(self, x: torch.Tensor, n: int, seq_idx: torch.Tensor | None = None, z: torch.Tensor | None = None) -> Any:
         if len(self.configs) > 1:  # "autotune": the choice depends on the key n
             self.benchmarked.append(n)
             config = self.configs[n % len(self.configs)]
         else:
             config = self.configs[0]
-            if (config, n) in self.too_big:
+            if (str(config), n) in self.too_big:
                 raise OutOfResources(1 << 20, 1 << 18, "shared memory")
         self.best_config = config
         self.ran.append((config, n, knobs.language.fp32_default))
@@ -58,6 +59,29 @@ def test_autotunes_once_per_dtypes_then_pins():
     assert tuner.run(fp32, 0) == "c"
     assert tuner.benchmarked == [1, 2]
     assert mamba_triton.BASELINE_CONFIGS == {"fake_kernel[bfloat16]": "b", "fake_kernel[float32]": "c"}
+
+
+def test_optional_and_integer_arguments_do_not_re_autotune():
+    """The key is the set of float dtypes: a problem with more optional inputs (seq_idx int32, a second bf16
+    tensor) runs with the choice already made (seen on the H200: keying on every argument re-autotuned)."""
+    tuner = FakeTuner(["a", "b", "c"])
+    tuner.arg_names = ["x", "n", "seq_idx", "z"]
+    mamba_triton._pin(tuner)
+    bf16 = torch.zeros(2, dtype=torch.bfloat16)
+    tuner.run(bf16, 1)
+    tuner.run(bf16, 2, torch.zeros(2, dtype=torch.int32), torch.zeros(2, dtype=torch.bfloat16))
+    assert tuner.benchmarked == [1]
+
+
+def test_recorded_choice_skips_autotuning(monkeypatch):
+    monkeypatch.setattr(mamba_triton, "_recorded", lambda: {"fake_kernel[float32]": {"kwargs": {"BLOCK": 64},
+                                                                                     "num_warps": 4}})
+    tuner = FakeTuner(["a", "b"])
+    mamba_triton._pin(tuner)
+    config = tuner.run(torch.zeros(2), 1)
+    assert tuner.benchmarked == []
+    assert config.kwargs == {"BLOCK": 64} and config.num_warps == 4
+    assert "recorded" in mamba_triton.BASELINE_CONFIGS["fake_kernel[float32]"]
 
 
 def test_fp32_dots_in_ieee_half_precision_untouched():
