@@ -182,6 +182,9 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
         dtypes = [d for d in spec.dtypes if (d in wanted_dtypes if wanted_dtypes else profile.wants(dtype_name(d)))]
         jobs += [(spec, impls, d) for d in dtypes if impls]
     tols.require(dtype_name(dtype) for _, _, dtype in jobs)
+    if problem is not None:
+        for spec, _, dtype in jobs:
+            _validate(spec, problem, [dtype], "--problem")
     bar = console.is_terminal
     started = time.monotonic()
 
@@ -256,6 +259,14 @@ def _candidate(spec: Any, args: argparse.Namespace, config: dict[str, Any]) -> A
     return dataclasses.replace(base, name=f"{base.name.split('-cfg')[0]}@{Path(args.config).name}", config=config)
 
 
+def _validate(spec: Any, problem: dict[str, Any], dtypes: Sequence[Any], flag: str) -> None:
+    """``spec.validate`` (the op's problem schema), its one-line error naming the flag the problem came from."""
+    try:
+        spec.validate(problem, dtypes)
+    except ParityError as exc:
+        raise ParityError(f"{flag}: {exc}") from None
+
+
 def _bucket(spec: Any, shape: dict[str, Any], flag: str) -> str:
     """The store bucket of ``shape``, or a one-line error naming what is missing (computed before the gate
     runs, so a bad shape does not cost a whole gate)."""
@@ -291,6 +302,8 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
         if args.bucket_shape
         else (spec.training_problems[0] if spec.training_problems else {})
     )
+    if args.bucket_shape:
+        _validate(spec, shape, dtypes, "--bucket-shape")
     bucket = _bucket(spec, shape, "--bucket-shape" if args.bucket_shape else "the training shape")
     store = Store(args.store) if args.store else Store()
     done = []
@@ -385,6 +398,7 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> int:
         raise ParityError(f"op {spec.name!r} declares no tuning space (extra['tuning_configs'])")
     dtype = parse_dtype(args.dtype[0] if args.dtype else "bfloat16")
     tols.require([dtype_name(dtype)])
+    _validate(spec, shape, [dtype], "--shape")
     if not args.impl and not spec.candidates:
         raise ParityError(f"op {spec.name!r} has no candidate implementation to tune")
     base = dataclasses.replace(spec.impl(args.impl) if args.impl else spec.candidates[0], config=None)
