@@ -31,25 +31,42 @@ RAGGED = {"batch": 2, "length": 13, "chunk": 4}
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_correct_candidate_passes_on_generated_problems(dtype):
     seen = []
-    drive(spec(reference), [Impl("reference", reference)], dtype, "cpu", Profile("t", 10, True), TOLS,
-          on_result=seen.append, raise_on_fail=True)
+    drive(
+        spec(reference),
+        [Impl("reference", reference)],
+        dtype,
+        "cpu",
+        Profile("t", 10, True),
+        TOLS,
+        on_result=seen.append,
+        raise_on_fail=True,
+    )
     assert len(seen) >= 10 and all(r.passed for r in seen)
 
 
-@pytest.mark.parametrize(("mutant", "dtype", "expect"), [
-    (shifted, torch.float32, "out:"),
-    (bf16_accumulation, torch.float32, "out:"),
-    (dropped_term, torch.float16, "out:"),
-    (nan_output, torch.float32, "nan 1"),
-    (unwritten_tail, torch.float32, "pre-filled with nan"),
-])
+@pytest.mark.parametrize(
+    ("mutant", "dtype", "expect"),
+    [
+        (shifted, torch.float32, "out:"),
+        (bf16_accumulation, torch.float32, "out:"),
+        (dropped_term, torch.float16, "out:"),
+        (nan_output, torch.float32, "nan 1"),
+        (unwritten_tail, torch.float32, "pre-filled with nan"),
+    ],
+)
 def test_wrong_candidates_fail_with_a_precise_message(mutant, dtype, expect):
     s = spec(mutant)
     [result] = run_problem(s, [s.impl(mutant.__name__)], RAGGED, dtype, 3, "cpu", TOLS)
     assert not result.passed
     message = result.message()
-    for needle in (f"decay_sum [{mutant.__name__}]", "seed=3", '"length": 13', "reproduce: parity check",
-                   expect, str(dtype).removeprefix("torch.")):
+    for needle in (
+        f"decay_sum [{mutant.__name__}]",
+        "seed=3",
+        '"length": 13',
+        "reproduce: parity check",
+        expect,
+        str(dtype).removeprefix("torch."),
+    ):
         assert needle in message, f"{needle!r} missing from:\n{message}"
 
 
@@ -69,8 +86,16 @@ def test_hypothesis_shrinks_a_failure_to_a_minimal_problem():
 
     s = spec(tail_only)
     with pytest.raises(AssertionError) as info:
-        drive(s, [s.impl("tail_only")], torch.float32, "cpu", Profile("t", 30, True), TOLS,
-              on_result=lambda _: None, raise_on_fail=True)
+        drive(
+            s,
+            [s.impl("tail_only")],
+            torch.float32,
+            "cpu",
+            Profile("t", 30, True),
+            TOLS,
+            on_result=lambda _: None,
+            raise_on_fail=True,
+        )
     assert '"length": 21' in str(info.value)  # shrunk to the shortest failing length
 
 
@@ -112,17 +137,38 @@ def test_tune_keeps_the_fastest_passing_configs():
 
     s = spec()
     base = Impl("toy", kernel)
-    configs = [{"ms": 3.0, "wrong": False}, {"ms": 1.0, "wrong": True}, {"ms": 2.0, "wrong": False},
-               {"ms": 4.0, "wrong": False}]
+    configs = [
+        {"ms": 3.0, "wrong": False},
+        {"ms": 1.0, "wrong": True},
+        {"ms": 2.0, "wrong": False},
+        {"ms": 4.0, "wrong": False},
+    ]
     times = iter(c["ms"] for c in configs)
     seen = []
-    trials = tune(s, base, RAGGED, torch.float32, "cpu", TOLS, configs, keep=2, timer=lambda fn: next(times),
-                  progress=lambda stage, trial: seen.append((stage, trial.config["ms"])))
+    trials = tune(
+        s,
+        base,
+        RAGGED,
+        torch.float32,
+        "cpu",
+        TOLS,
+        configs,
+        keep=2,
+        timer=lambda fn: next(times),
+        progress=lambda stage, trial: seen.append((stage, trial.config["ms"])),
+    )
     verdicts = {t.config["ms"]: t.passed for t in trials}
     assert verdicts == {1.0: False, 2.0: True, 3.0: True, 4.0: None}
     # Progress is reported as it happens: every timing in order, then each verdict fastest first.
-    assert seen == [("timed", 3.0), ("timed", 1.0), ("timed", 2.0), ("timed", 4.0),
-                    ("judged", 1.0), ("judged", 2.0), ("judged", 3.0)]
+    assert seen == [
+        ("timed", 3.0),
+        ("timed", 1.0),
+        ("timed", 2.0),
+        ("timed", 4.0),
+        ("judged", 1.0),
+        ("judged", 2.0),
+        ("judged", 3.0),
+    ]
     assert "decay_sum [toy-trial]" in next(t for t in trials if t.passed is False).failure
 
 
@@ -138,8 +184,18 @@ def test_layouts_reach_the_implementation_and_are_checked(layout):
         return reference(x, a, d, chunk)
 
     s = spec(contiguous_only)
-    [result] = run_problem(s, [s.impl("contiguous_only")], RAGGED, torch.float32, 0, "cpu", TOLS, backward=False,
-                           layout=layout, relayout_inputs=("x",))
+    [result] = run_problem(
+        s,
+        [s.impl("contiguous_only")],
+        RAGGED,
+        torch.float32,
+        0,
+        "cpu",
+        TOLS,
+        backward=False,
+        layout=layout,
+        relayout_inputs=("x",),
+    )
     assert not result.passed
     assert (False, 0) in seen if layout == "strided" else (True, 1) in seen
 
@@ -157,3 +213,20 @@ def test_nan_in_the_inputs_is_a_clear_error():
     s = dataclasses.replace(spec(reference), make_inputs=nan_inputs)
     with pytest.raises(ParityError, match="input 'x' has 1 NaN/Inf values"):
         run_problem(s, [s.impl("reference")], RAGGED, torch.float32, 0, "cpu", TOLS)
+
+
+def test_specs_with_other_inputs_do_not_share_the_oracle():
+    """The oracle and baseline runs are cached per problem and seed: a variant of an op (same name) with another
+    input generator must get its own, not the first one's."""
+    import dataclasses
+
+    def doubled(p, dtype, seed, device):
+        inputs = make_inputs(p, dtype, seed, device)
+        inputs["x"] = inputs["x"] * 2
+        return inputs
+
+    first = spec(reference)
+    second = dataclasses.replace(first, make_inputs=doubled)
+    for s in (first, second, first):
+        [result] = run_problem(s, [s.impl("reference")], RAGGED, torch.float32, 7, "cpu", TOLS)
+        assert result.passed, result.message()
