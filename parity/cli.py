@@ -49,6 +49,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", choices=("ci", "gpu"), default=None, help="hypothesis profile (default by device)")
     p.add_argument("--dtype", action="append", default=[], help="only these dtypes (repeatable)")
     p.add_argument("--json", dest="json_path", default=None, help="also write every result as JSON here")
+    p.add_argument(
+        "--workers",
+        type=_count(1),
+        default=1,
+        help="spread the work over this many processes on the device (compiles run in parallel)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -195,47 +201,62 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
 
     if not bar:
         _say(console, f"parity check: {len(jobs)} op x dtype runs on {args.device} ({profile.name} profile)")
-    with Progress(console=console, transient=True, disable=not bar) as progress:
-        task = progress.add_task("parity", total=len(jobs))
-        for number, (spec, impls, dtype) in enumerate(jobs, start=1):
-            progress.update(task, description=f"{spec.name} {dtype_name(dtype)}")
-            before, job_started = len(results), time.monotonic()
-            if problem is not None:
-                for result in run_problem(
-                    spec,
-                    impls,
-                    problem,
-                    dtype,
-                    args.seed,
-                    args.device,
-                    tols,
-                    backward=not args.forward_only,
-                    layout=args.layout,
-                    relayout_inputs=spec.relayout_inputs,
-                ):
-                    finished(result)
-            else:
-                drive(
-                    spec,
-                    impls,
-                    dtype,
-                    args.device,
-                    profile,
-                    tols,
-                    on_result=finished,
-                    raise_on_fail=False,
-                    backward=not args.forward_only,
-                    max_examples=args.examples,
-                )
-            progress.advance(task)
-            if not bar:
-                done = results[before:]
-                _say(
-                    console,
-                    f"done {number}/{len(jobs)}: {spec.name} {dtype_name(dtype)}, {len(done)} cases, "
-                    f"{sum(not r.passed for r in done)} failed, {time.monotonic() - job_started:.1f} s "
-                    f"({time.monotonic() - started:.1f} s in all)",
-                )
+    if problem is None and args.workers > 1:
+        from parity.workers import run_jobs
+
+        def job_done(index: int, done: list[CaseResult]) -> None:
+            for result in done:
+                finished(result)
+            spec, _, dtype = jobs[index]
+            _say(
+                console,
+                f"done {spec.name} {dtype_name(dtype)}: {len(done)} cases, "
+                f"{sum(not r.passed for r in done)} failed ({time.monotonic() - started:.1f} s in all)",
+            )
+
+        run_jobs(jobs, args.device, profile, tols, args.workers, not args.forward_only, args.examples, job_done)
+    else:
+        with Progress(console=console, transient=True, disable=not bar) as progress:
+            task = progress.add_task("parity", total=len(jobs))
+            for number, (spec, impls, dtype) in enumerate(jobs, start=1):
+                progress.update(task, description=f"{spec.name} {dtype_name(dtype)}")
+                before, job_started = len(results), time.monotonic()
+                if problem is not None:
+                    for result in run_problem(
+                        spec,
+                        impls,
+                        problem,
+                        dtype,
+                        args.seed,
+                        args.device,
+                        tols,
+                        backward=not args.forward_only,
+                        layout=args.layout,
+                        relayout_inputs=spec.relayout_inputs,
+                    ):
+                        finished(result)
+                else:
+                    drive(
+                        spec,
+                        impls,
+                        dtype,
+                        args.device,
+                        profile,
+                        tols,
+                        on_result=finished,
+                        raise_on_fail=False,
+                        backward=not args.forward_only,
+                        max_examples=args.examples,
+                    )
+                progress.advance(task)
+                if not bar:
+                    done = results[before:]
+                    _say(
+                        console,
+                        f"done {number}/{len(jobs)}: {spec.name} {dtype_name(dtype)}, {len(done)} cases, "
+                        f"{sum(not r.passed for r in done)} failed, {time.monotonic() - job_started:.1f} s "
+                        f"({time.monotonic() - started:.1f} s in all)",
+                    )
     report.print_table(report.summarize(results), console)
     failed = [r for r in results if not r.passed]
     for r in failed:
@@ -314,7 +335,17 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
         _say(console, _case_line(len(done), result, started))
 
     _say(console, f"gating {spec.name} {impl.name} in {', '.join(map(dtype_name, dtypes))} on {args.device}")
-    result = gate(spec, impl, args.device, profile, tols, dtypes, max_examples=args.examples, on_result=progress)
+    result = gate(
+        spec,
+        impl,
+        args.device,
+        profile,
+        tols,
+        dtypes,
+        max_examples=args.examples,
+        on_result=progress,
+        workers=args.workers,
+    )
     report.print_table(report.summarize(result.cases), console)
     for case in result.cases:
         if not case.passed:

@@ -413,3 +413,41 @@ def test_gate_and_promote_in_fp16_pass_a_correct_helion_kernel_with_progress(tmp
     assert "FAIL" not in proc.stdout and "promoted to" in proc.stdout
     verify = parity("configs", "verify", "--store", str(store))
     assert verify.returncode == 0 and "float16 bucket=gs512" in verify.stdout and verify.stdout.rstrip().endswith("OK")
+
+
+def test_check_with_workers_runs_each_op_dtype_in_its_own_process(tmp_path):
+    """--workers 2: the two (op, dtype) runs go to two spawned processes; every case is reported, with one
+    "done" line per run, and the JSON holds the same cases a one-process run gives."""
+    runs = {}
+    for workers in ("1", "2"):
+        out = tmp_path / f"w{workers}.json"
+        proc = parity(
+            "check",
+            "--op",
+            "chunk_cumsum",
+            "--impl",
+            "triton",
+            "--dtype",
+            "float32",
+            "--dtype",
+            "float16",
+            "--forward-only",
+            "--examples",
+            "0",
+            "--workers",
+            workers,
+            "--json",
+            str(out),
+            stdout=_Log(),
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        runs[workers] = sorted(
+            (c["dtype"], json.dumps(c["problem"], sort_keys=True), c["passed"])
+            for c in json.loads(out.read_text())["cases"]
+        )
+        if workers == "2":
+            assert sorted(line.split(":")[0] for line in proc.stdout.splitlines() if line.startswith("done ")) == [
+                "done chunk_cumsum float16",
+                "done chunk_cumsum float32",
+            ]
+    assert runs["1"] == runs["2"] and runs["1"]
