@@ -277,6 +277,10 @@ def check_inputs(spec: OpSpec, problem: Problem, inputs: Mapping[str, Any]) -> N
 
 _SHARED: dict[tuple, tuple[Run, Run | None]] = {}
 _SHARED_LIMIT = 64
+_SHARED_GPU_BYTES = 16 << 30
+"""The shared runs kept: at most _SHARED_LIMIT problems, and on the GPU at most this many bytes of their
+outputs and gradients (a training-shape SSD oracle is a few GB in fp64; the generated problems are small, so
+the GPU suite's per-implementation cases still find the oracle of every problem they share)."""
 
 
 def _impl_key(impl: Impl | None) -> tuple | None:
@@ -303,12 +307,16 @@ def _spec_key(spec: OpSpec) -> tuple:
 def _remember(key: tuple, oracle: Run, base_run: Run | None) -> None:
     """Keep the oracle and baseline runs of recent problems: checking several candidates one at a time
     (one pytest case each) then runs the slow reference implementations once per problem."""
-    on_gpu = any(isinstance(v, torch.Tensor) and v.is_cuda for v in oracle.values.values())
-    limit = 1 if on_gpu else _SHARED_LIMIT  # realistic GPU shapes are large: keep only the one in use
     _SHARED.pop(key, None)
     _SHARED[key] = (oracle, base_run)
-    while len(_SHARED) > limit:
+    while len(_SHARED) > _SHARED_LIMIT or (len(_SHARED) > 1 and _gpu_bytes() > _SHARED_GPU_BYTES):
         _SHARED.pop(next(iter(_SHARED)))
+
+
+def _gpu_bytes() -> int:
+    """Bytes of GPU tensors held by the shared runs."""
+    return sum(v.numel() * v.element_size() for runs in _SHARED.values() for run in runs if run is not None
+               for v in run.values.values() if isinstance(v, torch.Tensor) and v.is_cuda)
 
 
 def run_problem(
