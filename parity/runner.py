@@ -315,8 +315,14 @@ def _remember(key: tuple, oracle: Run, base_run: Run | None) -> None:
 
 def _gpu_bytes() -> int:
     """Bytes of GPU tensors held by the shared runs."""
-    return sum(v.numel() * v.element_size() for runs in _SHARED.values() for run in runs if run is not None
-               for v in run.values.values() if isinstance(v, torch.Tensor) and v.is_cuda)
+    return sum(
+        v.numel() * v.element_size()
+        for runs in _SHARED.values()
+        for run in runs
+        if run is not None
+        for v in run.values.values()
+        if isinstance(v, torch.Tensor) and v.is_cuda
+    )
 
 
 def run_problem(

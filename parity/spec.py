@@ -10,6 +10,7 @@ lazily, so registering an op imports neither triton nor helion.
 from __future__ import annotations
 
 import importlib
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,8 +61,6 @@ def parse_dtype(name: str) -> torch.dtype:
 
 
 def _bad(name: str, expected: str, value: Any) -> ParityError:
-    import json
-
     try:
         shown = json.dumps(value)
     except (TypeError, ValueError):
