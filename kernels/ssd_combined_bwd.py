@@ -6,21 +6,27 @@ processed dt, H_c the state entering chunk c, S_c the chunk's own state, dy the 
 output y. The forward is
     S_c = sum_s exp(a_last - a_s) dt_s x_s B_s^T          H_{c+1} = f_c exp(a_last) H_c + S_c
     y_l = exp(a_l) m_l C_l H_c + sum_{s <= l} CB[l, s] exp(a_l - a_s) dt_s x_s + D x_l
-(f_c, m_l: the seq_idx masks). The kernels, in order:
+(f_c, m_l: the seq_idx masks). The gradient of a decay step dA_k = dt_k A (a_l = sum_{k <= l} dA_k) is summed
+from the terms that contain it only: a_l - a_s spans the steps s < k <= l, so no term is ever taken as the
+difference of two larger sums (a row sum minus a column sum, or a total minus a suffix, loses the small
+result to fp32 rounding once the decay inside a chunk is strong: with dt up to a few units, grad.A and
+grad.dt_bias were 18x and 25x mamba-ssm's error). The kernels, in order:
   dstates       dH_c = sum_l exp(a_l) m_l dy_l^T C_l                     (grad of y wrt H_c)
   state_passing reverse scan G_c = f_c exp(a_last) G_{c+1} + dH_c, G_nchunks = dfinal: dS_c = G_{c+1},
-                dinitial = G_0, and d a_last += (G_c - dH_c) . H_c (the chunk decay's gradient)
+                dinitial = G_0; a_last's gradient from the chunk decay, f_c exp(a_last) dS_c . H_c
   dx            dx_s = dt_s (exp(a_last - a_s) B_s dS_c + sum_{l >= s} CB[l, s] exp(a_l - a_s) dy_l) + D dy_s,
-                ddt_s = x_s . (that bracket), dD, and the chunk-state path's V_s = dt_s x_s . (first term):
-                d a_s -= V_s, d a_last += sum_s V_s
-  dcb           dCB[l, s] = sum_{h in g} dt_s exp(a_l - a_s) dy_l . x_s (causal, same sequence), and
-                with W = dCB_h * CB: d a_l += sum_s W[l, s], d a_s -= sum_l W[l, s], both from the same W
-                (they nearly cancel; computed apart, bf16 rounding in one of them showed as 2e-2 error in dA)
-  dc            dC_l = sum_{h in g} exp(a_l) m_l dy_l H_c + sum_s dCB[l, s] B_s, d a_l += C_l . (first term)
+                ddt_s = x_s . (that bracket), dD, and the chunk-state path's V_s = dt_s x_s . (first term),
+                which reaches every step k > s
+  dcb           dCB[l, s] = sum_{h in g} dt_s exp(a_l - a_s) dy_l . x_s (causal, same sequence); with
+                W = dCB_h * CB, step k's intra-chunk gradient sum_{l >= k} sum_{s < k} W[l, s]
+  dc            dC_l = sum_{h in g} exp(a_l) m_l dy_l H_c + sum_s dCB[l, s] B_s; a_l's gradient C_l . (first term)
   db            dB_s = sum_{h in g} exp(a_last - a_s) dt_s x_s dS_c + sum_l dCB[l, s] C_l
-then d a -> a reverse cumsum inside each chunk -> ddt, dA; dt's softplus/clamp -> ddt, ddt_bias.
+then the steps' gradients: the a_l terms (C path, chunk decay) reverse-summed over l >= k, the prefix terms
+(V_s, and dcb's, already per step) summed over s < k; -> ddt, dA; dt's softplus/clamp -> ddt, ddt_bias.
 Products are taken in the inputs' dtype with fp32 accumulation (true fp32 for fp32 inputs), as in the
-forward kernels; partial sums across programs use fp32 atomics, as mamba-ssm's backward does."""
+forward kernels. The decay-step, ddt and dD sums (per tile, across programs by atomics, and the glue on
+(batch, nheads, seqlen) tensors) run in fp64: they are small next to the products, and in fp32 their
+rounding made the largest part of the remaining grad.A / grad.dt_bias / grad.D error."""
 
 from __future__ import annotations
 
@@ -41,8 +47,9 @@ _DOT = {"static_shapes": STATIC_SHAPES, "dot_precision": "ieee"}
 
 
 @helion.kernel(**_DOT)
-def dstates_kernel(dy: torch.Tensor, C: torch.Tensor, dA_cumsum: torch.Tensor,
-                   seq_idx: torch.Tensor | None) -> torch.Tensor:
+def dstates_kernel(
+    dy: torch.Tensor, C: torch.Tensor, dA_cumsum: torch.Tensor, seq_idx: torch.Tensor | None
+) -> torch.Tensor:
     """dH (batch, nchunks, nheads, headdim, dstate) fp32: the gradient of y wrt the state entering each chunk.
     One program per (batch, chunk, head, headdim block, dstate block), looping over the chunk's rows."""
     batch, seqlen, nheads, headdim = dy.shape
@@ -50,8 +57,9 @@ def dstates_kernel(dy: torch.Tensor, C: torch.Tensor, dA_cumsum: torch.Tensor,
     nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
     heads_per_group = nheads // ngroups
     dstates = torch.empty([batch, nchunks, nheads, headdim, dstate], dtype=torch.float32, device=dy.device)
-    for tile_b, tile_c, tile_h, tile_p, tile_n in hl.tile([batch, nchunks, nheads, headdim, dstate],
-                                                          block_size=[1, 1, 1, None, None]):
+    for tile_b, tile_c, tile_h, tile_p, tile_n in hl.tile(
+        [batch, nchunks, nheads, headdim, dstate], block_size=[1, 1, 1, None, None]
+    ):
         group = tile_h.begin // heads_per_group
         start = tile_c.begin * chunk_size
         acc = hl.zeros([tile_p, tile_n], dtype=torch.float32)
@@ -84,11 +92,15 @@ def state_passing_bwd_kernel(
     chunk_block: hl.constexpr,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dS (batch, nchunks, nheads, dim), dinitial (batch, nheads, dim)), both fp32, from dstates = dH and the
-    forward's states entering each chunk (fp32). Adds the gradient of chunk c's decay, f_c exp(a_last)
-    G_{c+1} . H_c, into ddA_rev[b, h, nchunks - 1 - c] (fp32, zeroed, chunk_block long; flipped by the caller).
+    forward's states entering each chunk (fp32). Adds the gradient of chunk c's decay, f_c exp(a_last) dS_c . H_c,
+    into ddA_rev[b, h, nchunks - 1 - c] (fp64, zeroed, chunk_block long; flipped by the caller).
 
-    One program per (batch, head, dim block); scan element k is chunk nchunks - 1 - k, all chunks one
-    ``hl.arange(chunk_block)`` (as the forward scan), padded elements (0, 0) after the real ones."""
+    One program per (batch, head, dim block); scan element k is chunk c = nchunks - 1 - k, all chunks one
+    ``hl.arange(chunk_block)`` (as the forward scan), padded elements (0, 0) after the real ones. The scan runs
+    over the next chunk's (decay, dH), so that element k is dS_c = G_{c+1} itself (the identity for the last
+    chunk, then dfinal): the decay gradient takes it directly (no G_c - dH_c difference, which loses dS_c
+    when exp(a_last) is small) and sums its dim-long dot product in fp64 (the fp32 sum was the largest error
+    in grad.A)."""
     batch, nchunks, nheads, dim = dstates.shape
     dS = torch.empty([batch, nchunks, nheads, dim], dtype=torch.float32, device=dstates.device)
     dinitial = torch.empty([batch, nheads, dim], dtype=torch.float32, device=dstates.device)
@@ -96,31 +108,38 @@ def state_passing_bwd_kernel(
         k = hl.arange(chunk_block)
         real = k < nchunks
         chunk = nchunks - 1 - k
-        update = hl.load(dstates, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None])
-        decay = torch.exp(hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk], extra_mask=real))
+        nxt = real & (k > 0)  # chunk c + 1 exists
+        update = hl.load(dstates, [tile_b.begin, chunk + 1, tile_h.begin, tile_d], extra_mask=nxt[:, None])
+        a_last = hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk], extra_mask=real)
+        a_next = hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk + 1], extra_mask=nxt)
+        decay = torch.exp(a_last)
+        decay_next = torch.where(nxt, torch.exp(a_next), torch.where(real, 1.0, 0.0))
         if seq_idx is not None:
             seqlen = seq_idx.size(1)
-            seq_here = hl.load(seq_idx, [tile_b.begin, torch.clamp((chunk + 1) * chunk_size, max=seqlen) - 1],
-                               extra_mask=real)
+            seq_end = hl.load(
+                seq_idx, [tile_b.begin, torch.clamp((chunk + 1) * chunk_size, max=seqlen) - 1], extra_mask=real
+            )
             seq_before = hl.load(seq_idx, [tile_b.begin, chunk * chunk_size - 1], extra_mask=real & (chunk > 0))
-            decay = torch.where(seq_here == seq_before, decay, 0.0)
-        scale, grad = hl.associative_scan(_affine_combine, (decay[:, None] + torch.zeros_like(update), update),
-                                          dim=0)
+            seq_end_next = hl.load(
+                seq_idx, [tile_b.begin, torch.clamp((chunk + 2) * chunk_size, max=seqlen) - 1], extra_mask=nxt
+            )
+            decay = torch.where(seq_end == seq_before, decay, 0.0)
+            decay_next = torch.where(nxt & (seq_end_next != seq_end), 0.0, decay_next)
+        scale, grad = hl.associative_scan(
+            _affine_combine, (decay_next[:, None] + torch.zeros_like(update), update), dim=0
+        )
         if dfinal_states is not None:
-            last = dfinal_states[tile_b.begin, tile_h.begin, tile_d]
-            grad = grad + scale * last[None, :]
-        else:
-            last = hl.zeros([tile_d], dtype=torch.float32)
-        # grad[k] = G_c for c = nchunks - 1 - k: the gradient of S_{c - 1}.
-        dS[tile_b.begin, nchunks - 1, tile_h.begin, tile_d] = last
-        if nchunks > 1:  # a size-1 chunk index is dropped by Helion and the store mis-shapes
-            hl.store(dS, [tile_b.begin, chunk - 1, tile_h.begin, tile_d], grad,
-                     extra_mask=(real & (chunk >= 1))[:, None])
-        # f_c exp(a_last) G_{c+1} = G_c - dH_c: its product with H_c is the gradient of chunk c's decay.
+            grad = grad + scale * dfinal_states[tile_b.begin, tile_h.begin, tile_d][None, :]
+        # grad[k] = dS_c = G_{c+1}, the gradient of S_c (for the last chunk, dfinal).
+        hl.store(dS, [tile_b.begin, chunk, tile_h.begin, tile_d], grad, extra_mask=real[:, None])
         entering = hl.load(states, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None])
-        hl.atomic_add(ddA_rev, [tile_b.begin, tile_h.begin, k], torch.sum((grad - update) * entering, dim=1))
-        dinitial[tile_b.begin, tile_h.begin, tile_d] = torch.sum(torch.where((k == nchunks - 1)[:, None], grad, 0.0),
-                                                                 dim=0)
+        dot = torch.sum(grad.to(torch.float64) * entering.to(torch.float64), dim=1)
+        hl.atomic_add(ddA_rev, [tile_b.begin, tile_h.begin, k], dot * decay.to(torch.float64))
+        # dinitial = G_0 = f_0 exp(a_last_0) dS_0 + dH_0.
+        first = hl.load(dstates, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=(k == nchunks - 1)[:, None])
+        dinitial[tile_b.begin, tile_h.begin, tile_d] = torch.sum(
+            torch.where((k == nchunks - 1)[:, None], decay[:, None] * grad + first, 0.0), dim=0
+        )
     return dS, dinitial
 
 
@@ -140,16 +159,17 @@ def dx_kernel(
     dD: torch.Tensor,
 ) -> torch.Tensor:
     """dx (x.dtype, like x); adds x_s . bracket into ddt (batch, nheads, nchunks, chunk_size), the chunk-state
-    path's dt_s x_s . (first term) into ddA_state (same shape) and dy . x into dD (nheads, headdim), all fp32,
-    zeroed. One program per (batch, chunk, head, row block s, headdim
-    block), looping over dstate (the chunk-state path) and over the rows l >= s (the intra-chunk path)."""
+    path's V_s = dt_s x_s . (first term) into ddA_state (same shape) and dy . x into dD (nheads, headdim), all
+    fp64, zeroed. One program per (batch, chunk, head, row block s, headdim block), looping over dstate (the
+    chunk-state path) and over the rows l >= s (the intra-chunk path)."""
     batch, seqlen, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]
     nchunks, chunk_size = dt.shape[2], dt.shape[3]
     heads_per_group = nheads // ngroups
     dx = torch.empty_like(x)
-    for tile_b, tile_c, tile_h, tile_s, tile_p in hl.tile([batch, nchunks, nheads, chunk_size, headdim],
-                                                          block_size=[1, 1, 1, None, None]):
+    for tile_b, tile_c, tile_h, tile_s, tile_p in hl.tile(
+        [batch, nchunks, nheads, chunk_size, headdim], block_size=[1, 1, 1, None, None]
+    ):
         group = tile_h.begin // heads_per_group
         start = tile_c.begin * chunk_size
         pos_s = start + tile_s.index
@@ -169,8 +189,11 @@ def dx_kernel(
             acc = hl.dot(bs, ds.T, acc=acc)
         acc = acc * torch.where(keep_s, torch.exp(torch.clamp(dA_last - dA_s, max=0.0)), 0.0)[:, None]
         xs = hl.load(x, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None]).to(torch.float32)
-        hl.atomic_add(ddA_state, [tile_b.begin, tile_h.begin, tile_c.begin, tile_s],
-                      torch.sum(acc * xs, dim=1) * dt_s)
+        hl.atomic_add(
+            ddA_state,
+            [tile_b.begin, tile_h.begin, tile_c.begin, tile_s],
+            torch.sum(acc.to(torch.float64) * xs.to(torch.float64), dim=1) * dt_s.to(torch.float64),
+        )
         for tile_l in hl.tile(tile_s.begin, chunk_size):
             pos_l = start + tile_l.index
             valid_l = pos_l < seqlen
@@ -181,7 +204,11 @@ def dx_kernel(
             weights = torch.where(keep, weights, 0.0)
             dys = hl.load(dy, [tile_b.begin, pos_l, tile_h.begin, tile_p], extra_mask=valid_l[:, None])
             acc = hl.dot(weights.T.to(dys.dtype), dys, acc=acc)
-        hl.atomic_add(ddt, [tile_b.begin, tile_h.begin, tile_c.begin, tile_s], torch.sum(acc * xs, dim=1))
+        hl.atomic_add(
+            ddt,
+            [tile_b.begin, tile_h.begin, tile_c.begin, tile_s],
+            torch.sum(acc.to(torch.float64) * xs.to(torch.float64), dim=1),
+        )
         grad = acc * dt_s[:, None]
         if D is not None:
             dy_s = hl.load(dy, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None])
@@ -190,7 +217,7 @@ def dx_kernel(
                 grad = grad + dy_s * D[tile_h.begin, tile_p].to(torch.float32)[None, :]
             else:
                 grad = grad + dy_s * D[tile_h.begin].to(torch.float32)
-            hl.atomic_add(dD, [tile_h.begin, tile_p], torch.sum(dy_s * xs, dim=0))
+            hl.atomic_add(dD, [tile_h.begin, tile_p], torch.sum(dy_s.to(torch.float64) * xs.to(torch.float64), dim=0))
         hl.store(dx, [tile_b.begin, pos_s, tile_h.begin, tile_p], grad.to(dx.dtype), extra_mask=valid_s[:, None])
     return dx
 
@@ -203,20 +230,23 @@ def dcb_kernel(
     dA_cumsum: torch.Tensor,
     cb: torch.Tensor,
     seq_idx: torch.Tensor | None,
-    ddA: torch.Tensor,
+    ddA_next: torch.Tensor,
 ) -> torch.Tensor:
     """dcb (batch, nchunks, ngroups, chunk_size, chunk_size) fp32: sum over the group's heads of
-    dCB_h[l, s] = dt_s exp(a_l - a_s) dy_l . x_s (causal, same sequence); adds each head's row sums of
-    dCB_h CB at l and subtracts its column sums at s in ddA (batch, nheads, nchunks, chunk_size; fp32,
-    zeroed). One program per (batch, chunk, group, row block l, column block s), looping over the group's
-    heads (no atomics on dcb)."""
+    dCB_h[l, s] = dt_s exp(a_l - a_s) dy_l . x_s (causal, same sequence). Adds, per head, the intra-chunk
+    gradient of each decay step into ddA_next (batch, nheads, nchunks, chunk_size; fp64, zeroed; entry s is
+    step s + 1): with W = dCB_h * CB, step k gets sum_{l >= k} sum_{s' < k} W[l, s'] (a_l - a_s' spans it).
+    One program per (batch, chunk, group, row block l, column block s), looping over the group's heads (no
+    atomics on dcb): the prefix over s' inside the column block goes to the steps in it; the block's whole
+    row sums go to the steps past it up to the row block's end (the prefix of later column blocks)."""
     batch, seqlen, nheads, headdim = x.shape
     ngroups = cb.shape[2]
     nchunks, chunk_size = dt.shape[2], dt.shape[3]
     heads_per_group = nheads // ngroups
     dcb = torch.empty_like(cb)
-    for tile_b, tile_c, tile_g, tile_l, tile_s in hl.tile([batch, nchunks, ngroups, chunk_size, chunk_size],
-                                                          block_size=[1, 1, 1, None, None]):
+    for tile_b, tile_c, tile_g, tile_l, tile_s in hl.tile(
+        [batch, nchunks, ngroups, chunk_size, chunk_size], block_size=[1, 1, 1, None, None]
+    ):
         start = tile_c.begin * chunk_size
         pos_l = start + tile_l.index
         pos_s = start + tile_s.index
@@ -227,10 +257,12 @@ def dcb_kernel(
             seq_l = hl.load(seq_idx, [tile_b.begin, pos_l], extra_mask=valid_l)
             seq_s = hl.load(seq_idx, [tile_b.begin, pos_s], extra_mask=valid_s)
             keep = keep & (seq_l[:, None] == seq_s[None, :])
+        below = tile_l.index[:, None] > tile_s.index[None, :]
         weights = cb[tile_b.begin, tile_c.begin, tile_g.begin, tile_l, tile_s].to(torch.float32)
         total = hl.zeros([tile_l, tile_s], dtype=torch.float32)
-        for tile_h in hl.tile(tile_g.begin * heads_per_group, tile_g.begin * heads_per_group + heads_per_group,
-                              block_size=1):
+        for tile_h in hl.tile(
+            tile_g.begin * heads_per_group, tile_g.begin * heads_per_group + heads_per_group, block_size=1
+        ):
             acc = hl.zeros([tile_l, tile_s], dtype=torch.float32)
             for tile_p in hl.tile(headdim):
                 dys = hl.load(dy, [tile_b.begin, pos_l, tile_h.begin, tile_p], extra_mask=valid_l[:, None])
@@ -242,10 +274,18 @@ def dcb_kernel(
             acc = acc * torch.exp(torch.clamp(dA_l[:, None] - dA_s[None, :], max=0.0)) * dt_s[None, :]
             acc = torch.where(keep, acc, 0.0)
             total = total + acc
-            # The intra-chunk term's decay gradient, rows and columns from the same products (they nearly cancel).
-            products = acc * weights
-            hl.atomic_add(ddA, [tile_b.begin, tile_h.begin, tile_c.begin, tile_l], torch.sum(products, dim=1))
-            hl.atomic_add(ddA, [tile_b.begin, tile_h.begin, tile_c.begin, tile_s], -torch.sum(products, dim=0))
+            # Each step's gradient summed from its own terms only (W[l, s'], s' < k <= l): no cancelling sums.
+            products = (acc * weights).to(torch.float64)
+            prefix = torch.where(below, torch.cumsum(products, dim=1), 0.0)
+            hl.atomic_add(ddA_next, [tile_b.begin, tile_h.begin, tile_c.begin, tile_s], torch.sum(prefix, dim=0))
+            rows = torch.sum(products, dim=1)
+            for tile_k in hl.tile(tile_s.end, tile_l.end, block_size=16):  # fixed: the config keeps its layout
+                later = tile_l.index[:, None] > tile_k.index[None, :]
+                hl.atomic_add(
+                    ddA_next,
+                    [tile_b.begin, tile_h.begin, tile_c.begin, tile_k],
+                    torch.sum(torch.where(later, rows[:, None], 0.0), dim=0),
+                )
         dcb[tile_b.begin, tile_c.begin, tile_g.begin, tile_l, tile_s] = total
     return dcb
 
@@ -261,7 +301,7 @@ def dc_kernel(
     seq_idx: torch.Tensor | None,
     ddA: torch.Tensor,
 ) -> torch.Tensor:
-    """dC (C.dtype, like C); adds each head's C_l . (exp(a_l) m_l dy_l H_c) into ddA (fp32). One program per
+    """dC (C.dtype, like C); adds each head's C_l . (exp(a_l) m_l dy_l H_c) into ddA (fp64). One program per
     (batch, chunk, group, row block l, dstate block), looping over the group's heads and headdim, then over
     the columns s <= l of dCB."""
     batch, seqlen, nheads, headdim = dy.shape
@@ -269,8 +309,9 @@ def dc_kernel(
     nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
     heads_per_group = nheads // ngroups
     dC = torch.empty_like(C)
-    for tile_b, tile_c, tile_g, tile_l, tile_n in hl.tile([batch, nchunks, ngroups, chunk_size, dstate],
-                                                          block_size=[1, 1, 1, None, None]):
+    for tile_b, tile_c, tile_g, tile_l, tile_n in hl.tile(
+        [batch, nchunks, ngroups, chunk_size, dstate], block_size=[1, 1, 1, None, None]
+    ):
         start = tile_c.begin * chunk_size
         pos_l = start + tile_l.index
         valid_l = pos_l < seqlen
@@ -282,8 +323,9 @@ def dc_kernel(
             mask_l = valid_l & (seq_l == seq_prev)
         cs = hl.load(C, [tile_b.begin, pos_l, tile_g.begin, tile_n], extra_mask=valid_l[:, None]).to(torch.float32)
         acc = hl.zeros([tile_l, tile_n], dtype=torch.float32)
-        for tile_h in hl.tile(tile_g.begin * heads_per_group, tile_g.begin * heads_per_group + heads_per_group,
-                              block_size=1):
+        for tile_h in hl.tile(
+            tile_g.begin * heads_per_group, tile_g.begin * heads_per_group + heads_per_group, block_size=1
+        ):
             part = hl.zeros([tile_l, tile_n], dtype=torch.float32)
             for tile_p in hl.tile(headdim):
                 dys = hl.load(dy, [tile_b.begin, pos_l, tile_h.begin, tile_p], extra_mask=valid_l[:, None])
@@ -292,7 +334,11 @@ def dc_kernel(
             scale = torch.exp(dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_l])
             part = part * torch.where(mask_l, scale, 0.0)[:, None]
             acc = acc + part
-            hl.atomic_add(ddA, [tile_b.begin, tile_h.begin, tile_c.begin, tile_l], torch.sum(part * cs, dim=1))
+            hl.atomic_add(
+                ddA,
+                [tile_b.begin, tile_h.begin, tile_c.begin, tile_l],
+                torch.sum(part.to(torch.float64) * cs.to(torch.float64), dim=1),
+            )
         for tile_s in hl.tile(0, tile_l.end):
             pos_s = start + tile_s.index
             bs = hl.load(B, [tile_b.begin, pos_s, tile_g.begin, tile_n], extra_mask=(pos_s < seqlen)[:, None])
@@ -319,8 +365,9 @@ def db_kernel(
     nchunks, chunk_size = dt.shape[2], dt.shape[3]
     heads_per_group = nheads // ngroups
     dB = torch.empty_like(C)
-    for tile_b, tile_c, tile_g, tile_s, tile_n in hl.tile([batch, nchunks, ngroups, chunk_size, dstate],
-                                                          block_size=[1, 1, 1, None, None]):
+    for tile_b, tile_c, tile_g, tile_s, tile_n in hl.tile(
+        [batch, nchunks, ngroups, chunk_size, dstate], block_size=[1, 1, 1, None, None]
+    ):
         start = tile_c.begin * chunk_size
         pos_s = start + tile_s.index
         valid_s = pos_s < seqlen
@@ -330,8 +377,9 @@ def db_kernel(
             seq_s = hl.load(seq_idx, [tile_b.begin, pos_s], extra_mask=valid_s)
             keep_s = valid_s & (seq_s == seq_last) & (seq_last >= 0)
         acc = hl.zeros([tile_s, tile_n], dtype=torch.float32)
-        for tile_h in hl.tile(tile_g.begin * heads_per_group, tile_g.begin * heads_per_group + heads_per_group,
-                              block_size=1):
+        for tile_h in hl.tile(
+            tile_g.begin * heads_per_group, tile_g.begin * heads_per_group + heads_per_group, block_size=1
+        ):
             part = hl.zeros([tile_s, tile_n], dtype=torch.float32)
             for tile_p in hl.tile(headdim):
                 xs = hl.load(x, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None])
@@ -339,8 +387,9 @@ def db_kernel(
                 part = hl.dot(xs, ds, acc=part)
             dA_s = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
             dA_last = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, chunk_size - 1]
-            scale = torch.exp(torch.clamp(dA_last - dA_s, max=0.0)) * dt[tile_b.begin, tile_h.begin, tile_c.begin,
-                                                                           tile_s]
+            scale = (
+                torch.exp(torch.clamp(dA_last - dA_s, max=0.0)) * dt[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
+            )
             acc = acc + part * torch.where(keep_s, scale, 0.0)[:, None]
         for tile_l in hl.tile(tile_s.begin, chunk_size):
             pos_l = start + tile_l.index
@@ -355,18 +404,22 @@ KERNELS = ("bwd_dstates", "bwd_state_passing", "bwd_dx", "bwd_dcb", "bwd_dc", "b
 """The backward's keys in the combined op's config (one Helion config each; missing means the default)."""
 
 CONFIGS: list[dict[str, Any]] = [
-    {"bwd_dstates": {"block_sizes": [16, 16, 16], "num_warps": 4},
-     "bwd_state_passing": {"block_sizes": [64], "num_warps": 1},
-     "bwd_dx": {"block_sizes": [16, 16, 16, 16], "num_warps": 4},
-     "bwd_dcb": {"block_sizes": [16, 16, 16], "num_warps": 4},
-     "bwd_dc": {"block_sizes": [16, 16, 16, 16], "num_warps": 4},
-     "bwd_db": {"block_sizes": [16, 16, 16, 16], "num_warps": 4}},
-    {"bwd_dstates": {"block_sizes": [16, 32, 32], "num_warps": 8},
-     "bwd_state_passing": {"block_sizes": [16], "num_warps": 2},
-     "bwd_dx": {"block_sizes": [32, 16, 32, 16], "num_warps": 8},
-     "bwd_dcb": {"block_sizes": [32, 16, 16], "num_warps": 8},
-     "bwd_dc": {"block_sizes": [32, 16, 16, 16], "num_warps": 8},
-     "bwd_db": {"block_sizes": [16, 32, 16, 32], "num_warps": 8}},
+    {
+        "bwd_dstates": {"block_sizes": [16, 16, 16], "num_warps": 4},
+        "bwd_state_passing": {"block_sizes": [64], "num_warps": 1},
+        "bwd_dx": {"block_sizes": [16, 16, 16, 16], "num_warps": 4},
+        "bwd_dcb": {"block_sizes": [16, 16, 16], "num_warps": 4},
+        "bwd_dc": {"block_sizes": [16, 16, 16, 16], "num_warps": 4},
+        "bwd_db": {"block_sizes": [16, 16, 16, 16], "num_warps": 4},
+    },
+    {
+        "bwd_dstates": {"block_sizes": [16, 32, 32], "num_warps": 8},
+        "bwd_state_passing": {"block_sizes": [16], "num_warps": 2},
+        "bwd_dx": {"block_sizes": [32, 16, 32, 16], "num_warps": 8},
+        "bwd_dcb": {"block_sizes": [32, 16, 16], "num_warps": 8},
+        "bwd_dc": {"block_sizes": [32, 16, 16, 16], "num_warps": 8},
+        "bwd_db": {"block_sizes": [16, 32, 16, 32], "num_warps": 8},
+    },
 ]
 """Explicit configs for the CPU parity tests (block_sizes follow each kernel's tile order: dstates [headdim,
 dstate, rows]; state_passing [dim]; dx [rows, headdim, dstate, rows l]; dcb [rows, columns, headdim]; dc and
@@ -403,30 +456,42 @@ def ssd_combined_bwd(
 
     dH = launch(dstates_kernel, (dy, C, dA_cumsum, seq_idx), configs.get("bwd_dstates"))
     chunk_block = max(2, triton.next_power_of_2(nchunks))  # all chunks in one block, as the forward scan
-    ddA_rev = torch.zeros(batch, nheads, chunk_block, dtype=torch.float32, device=x.device)
-    dS, dinitial = launch(state_passing_bwd_kernel, (
-        dH.reshape(batch, nchunks, nheads, headdim * dstate), fwd["states"],
-        None if dfinal_states is None else dfinal_states.reshape(batch, nheads, headdim * dstate),
-        dA_cumsum[:, :, :, -1].contiguous(), seq_idx, ddA_rev, chunk_size, chunk_block),
-        configs.get("bwd_state_passing"))
+    ddA_rev = torch.zeros(batch, nheads, chunk_block, dtype=torch.float64, device=x.device)
+    dS, dinitial = launch(
+        state_passing_bwd_kernel,
+        (
+            dH.reshape(batch, nchunks, nheads, headdim * dstate),
+            fwd["states"],
+            None if dfinal_states is None else dfinal_states.reshape(batch, nheads, headdim * dstate),
+            dA_cumsum[:, :, :, -1].contiguous(),
+            seq_idx,
+            ddA_rev,
+            chunk_size,
+            chunk_block,
+        ),
+        configs.get("bwd_state_passing"),
+    )
     del dH
     dS = dS.reshape(batch, nchunks, nheads, headdim, dstate)
-    ddt = torch.zeros_like(dt_out)
-    ddA_state = torch.zeros_like(dt_out)
-    dD = torch.zeros(nheads, headdim, dtype=torch.float32, device=x.device)
-    grads["x"] = launch(dx_kernel, (x, dy, dt_out, dA_cumsum, B, fwd["cb"], dS, D, seq_idx, ddt, ddA_state, dD),
-                        configs.get("bwd_dx"))
-    ddA = torch.zeros_like(dA_cumsum)
-    dcb = launch(dcb_kernel, (x, dy, dt_out, dA_cumsum, fwd["cb"], seq_idx, ddA), configs.get("bwd_dcb"))
+    ddt = torch.zeros_like(dt_out, dtype=torch.float64)
+    ddA_state = torch.zeros_like(dt_out, dtype=torch.float64)
+    dD = torch.zeros(nheads, headdim, dtype=torch.float64, device=x.device)
+    grads["x"] = launch(
+        dx_kernel, (x, dy, dt_out, dA_cumsum, B, fwd["cb"], dS, D, seq_idx, ddt, ddA_state, dD), configs.get("bwd_dx")
+    )
+    ddA_next = torch.zeros_like(dA_cumsum, dtype=torch.float64)
+    dcb = launch(dcb_kernel, (x, dy, dt_out, dA_cumsum, fwd["cb"], seq_idx, ddA_next), configs.get("bwd_dcb"))
+    ddA = torch.zeros_like(dA_cumsum, dtype=torch.float64)
     states = fwd["states"].reshape(batch, nchunks, nheads, headdim, dstate)
     grads["C"] = launch(dc_kernel, (dy, states, dA_cumsum, C, B, dcb, seq_idx, ddA), configs.get("bwd_dc"))
     grads["B"] = launch(db_kernel, (x, dt_out, dA_cumsum, dS, C, dcb, seq_idx), configs.get("bwd_db"))
 
-    # d dA_cumsum: the chunk-state path decays each position s by exp(a_last - a_s), so its terms leave a_s
-    # and, summed over the chunk from the same values, reach a_last, with the chunk decay's gradient.
-    ddA = ddA - ddA_state
-    ddA[:, :, :, -1] += ddA_state.sum(-1) + ddA_rev[:, :, :nchunks].flip(-1)
-    ddA = ddA.flip(-1).cumsum(-1).flip(-1)  # through the cumsum inside each chunk
+    # The gradient of each decay step dA_k = dt_k A, every term summed from its own parts: a_l for l >= k (the C
+    # path and the chunk decay at a_last), and the prefix through s = k - 1 (the intra-chunk term, and the
+    # chunk-state path's exp(a_last - a_s) for s < k).
+    ddA[:, :, :, -1] += ddA_rev[:, :, :nchunks].flip(-1)
+    ddA = ddA.flip(-1).cumsum(-1).flip(-1)
+    ddA[:, :, :, 1:] += (ddA_next + ddA_state.cumsum(-1))[:, :, :, :-1]
     A = saved["A"]
     ddt = ddt + ddA * A.float()[None, :, None, None]
     grads["A"] = (ddA * dt_out).sum((0, 2, 3)).to(A.dtype)
@@ -450,7 +515,7 @@ def _dt_grads(ddt_chunked: torch.Tensor, saved: Mapping[str, Any], seqlen: int) 
     processed = d
     if saved["dt_softplus"]:
         processed = torch.where(d <= 20.0, F.softplus(d), d)
-        grad = grad * torch.where(d <= 20.0, torch.sigmoid(d), 1.0)
+        grad = grad * torch.where(d <= 20.0, torch.sigmoid(d.double()), 1.0)
     low, high = saved["dt_limit"]
     grad = torch.where((processed >= low) & (processed <= high), grad, 0.0)
     grads = {"dt": grad.to(dt.dtype)}
