@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 from mutants import Mutant, StaleMutant, mutant_function, patched_source, real_function, resolve_config
-from mutants.catalog import CLASSES, MUTANTS
+from mutants.catalog import CLASSES, MUTANTS, SSD_BWD
 
 from parity import registry
 from parity.errors import ParityError
@@ -30,8 +30,22 @@ FALSE_ALARM_SEEDS = 20
 FALSE_ALARM_CASES = (
     # (op, index into the kernel's CONFIGS, problem, judge gradients): a cheap op, forward and backward, on
     # its first pinned example (7 rows in row groups of 4, a group of 48 in a block of 64, z gate).
-    ("layernorm_gated", 0, {"rows": 7, "ngroups": 2, "group_size": 48, "z": True, "norm_before_gate": False,
-                            "is_rms_norm": True, "bias": False}, True),
+    (
+        "layernorm_gated",
+        0,
+        {
+            "rows": 7,
+            "ngroups": 2,
+            "group_size": 48,
+            "z": True,
+            "norm_before_gate": False,
+            "is_rms_norm": True,
+            "bias": False,
+        },
+        True,
+    ),
+    # The SSD forward and backward on the smallest problem taking every backward path (the SSD mutants' problem).
+    ("ssd_combined", 0, SSD_BWD, True),
 )
 
 
@@ -61,8 +75,10 @@ class _Summary:
             else:
                 continue
             cfg = "default" if mutant.config is None else f"CONFIGS[{mutant.config}]"
-            write(f"{verdict:<9} {mutant.name:<35} {mutant.failure_class:<37} {mutant.op}/{mutant.dtype}/{cfg}: "
-                  f"{evidence}")
+            write(
+                f"{verdict:<9} {mutant.name:<35} {mutant.failure_class:<37} {mutant.op}/{mutant.dtype}/{cfg}: "
+                f"{evidence}"
+            )
         observable = [m for m in MUTANTS if on_gpu or not m.gpu]
         verdicts = [self.rows[m.name][1] for m in observable if m.name in self.rows]
         line = f"mutants rejected: {verdicts.count('REJECTED')}/{len(observable)}"
@@ -111,23 +127,27 @@ def gate_spec(op: str) -> tuple[OpSpec, str]:
 _CONTROLS: dict[str, CaseResult] = {}
 
 
-def judge(mutant: Mutant, config: int | Mapping[str, Any] | None, problem: Mapping[str, Any], device: str,
-          tolerances: Any) -> tuple[CaseResult, CaseResult, str]:
+def judge(
+    mutant: Mutant, config: int | Mapping[str, Any] | None, problem: Mapping[str, Any], device: str, tolerances: Any
+) -> tuple[CaseResult, CaseResult, str]:
     """(control, mutant, bound kind): both through the registered spec on one problem, dtype, seed, config.
     The control (the unpatched kernel) is run once per distinct case and reused by the mutants that share it."""
     spec, bound_kind = gate_spec(mutant.op)
     cfg = resolve_config(mutant, config)
     dtype = parse_dtype(mutant.dtype)
     start = time.perf_counter()
-    key = json.dumps([mutant.module, mutant.function, cfg, problem, mutant.dtype, mutant.seed, mutant.backward, device],
-                     sort_keys=True, default=str)
+    key = json.dumps(
+        [mutant.module, mutant.function, cfg, problem, mutant.dtype, mutant.seed, mutant.backward, device],
+        sort_keys=True,
+        default=str,
+    )
     if key not in _CONTROLS:
         control = Impl("control", real_function(mutant), config=cfg, backward=mutant.backward)
-        [_CONTROLS[key]] = run_problem(spec, [control], problem, dtype, mutant.seed, device, tolerances,
-                                       backward=mutant.backward)
+        [_CONTROLS[key]] = run_problem(
+            spec, [control], problem, dtype, mutant.seed, device, tolerances, backward=mutant.backward
+        )
     candidate = Impl(f"mutant-{mutant.name}", mutant_function(mutant), config=cfg, backward=mutant.backward)
-    [result] = run_problem(spec, [candidate], problem, dtype, mutant.seed, device, tolerances,
-                           backward=mutant.backward)
+    [result] = run_problem(spec, [candidate], problem, dtype, mutant.seed, device, tolerances, backward=mutant.backward)
     SUMMARY.seconds += time.perf_counter() - start
     return _CONTROLS[key], result, bound_kind
 
@@ -156,8 +176,9 @@ def describe(result: CaseResult, name: str) -> str:
 
 
 def _params(select: Any, gpu_marks: bool = True) -> list[Any]:
-    return [pytest.param(m, id=m.name, marks=[pytest.mark.gpu] if m.gpu and gpu_marks else [])
-            for m in MUTANTS if select(m)]
+    return [
+        pytest.param(m, id=m.name, marks=[pytest.mark.gpu] if m.gpu and gpu_marks else []) for m in MUTANTS if select(m)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -211,8 +232,10 @@ def test_gate_rejects_mutant(mutant, parity_device, parity_tolerances):
     control, result, bound_kind = judge(mutant, mutant.config, mutant.problem, parity_device, parity_tolerances)
     if not control.passed:
         SUMMARY.record(mutant, "NO CTRL", "the unpatched kernel fails: " + (control.errors or ["?"])[0][:120])
-        pytest.fail("the unpatched kernel fails the mutant's problem, so rejecting the mutant proves nothing:\n"
-                    + control.message())
+        pytest.fail(
+            "the unpatched kernel fails the mutant's problem, so rejecting the mutant proves nothing:\n"
+            + control.message()
+        )
     evidence = caught_by(result, mutant.expect)
     if result.passed:
         SUMMARY.record(mutant, "FOOLED", f"passes: {describe(result, mutant.expect)} ({bound_kind})")
@@ -248,22 +271,24 @@ def test_gpu_only_mutant_is_invisible_on_cpu(mutant, parity_device, parity_toler
 def test_registered_gate_judges_the_backward(mutant):
     """A backward mutant is only rejected by `parity check` if the registry judges that kernel's gradients."""
     spec = registry.get(mutant.op)
-    target = f"{mutant.module}:{mutant.function}"
+    target = f"{mutant.entry}:{mutant.function}"
     helion = [c for c in spec.candidates if c.target == target]
     assert helion, f"{mutant.op} registers no candidate {target}"
     forward_only = [c.name for c in helion if not c.backward]
     assert not forward_only, (
-        f"{mutant.op}'s registered candidates {forward_only} are forward-only ({mutant.module} does not set "
+        f"{mutant.op}'s registered candidates {forward_only} are forward-only ({mutant.entry} does not set "
         f"HAS_BACKWARD = True), so `parity check` never judges {mutant.expect} and mutant {mutant.name} "
-        f"({mutant.failure_class}) passes the registered gate")
+        f"({mutant.failure_class}) passes the registered gate"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
 # No false alarms
 
 
-@pytest.mark.parametrize(("op", "config", "problem", "backward"), FALSE_ALARM_CASES,
-                         ids=[case[0] for case in FALSE_ALARM_CASES])
+@pytest.mark.parametrize(
+    ("op", "config", "problem", "backward"), FALSE_ALARM_CASES, ids=[case[0] for case in FALSE_ALARM_CASES]
+)
 def test_no_false_alarms(op, config, problem, backward, parity_device, parity_tolerances):
     spec, _ = gate_spec(op)
     [helion] = [c for c in spec.candidates if c.name == f"helion-cfg{config}"]
@@ -271,8 +296,9 @@ def test_no_false_alarms(op, config, problem, backward, parity_device, parity_to
     failed = []
     start = time.perf_counter()
     for seed in range(FALSE_ALARM_SEEDS):
-        [result] = run_problem(spec, [impl], problem, torch.float32, seed, parity_device, parity_tolerances,
-                               backward=backward)
+        [result] = run_problem(
+            spec, [impl], problem, torch.float32, seed, parity_device, parity_tolerances, backward=backward
+        )
         if not result.passed:
             failed.append((seed, result.message()))
     SUMMARY.seconds += time.perf_counter() - start
