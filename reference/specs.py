@@ -704,6 +704,18 @@ def _norm_tuning_configs(inputs: dict[str, Any], count: int) -> list[dict[str, A
     return tuning_configs(inputs, count)
 
 
+NORM_RMS = {
+    "rows": 7,
+    "ngroups": 2,
+    "group_size": 48,
+    "z": True,
+    "norm_before_gate": False,
+    "is_rms_norm": True,
+    "bias": False,
+}
+"""The gated norm's first pinned example: Nemotron's RMSNorm gated after the norm, a group of 48 in a block of 64."""
+
+
 register(
     OpSpec(
         name="layernorm_gated",
@@ -713,15 +725,7 @@ register(
         outputs=("out",),
         grad_inputs=("x", "weight", "bias", "z"),
         examples=(
-            {
-                "rows": 7,
-                "ngroups": 2,
-                "group_size": 48,
-                "z": True,
-                "norm_before_gate": False,
-                "is_rms_norm": True,
-                "bias": False,
-            },
+            NORM_RMS,
             # LayerNorm over a group that is not a power of two: padded lanes must stay out of the statistics; rows
             # up to 1e3 and a z that saturates silu.
             {

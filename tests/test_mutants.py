@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 from mutants import Mutant, StaleMutant, mutant_function, patched_source, real_function, resolve_config
-from mutants.catalog import CLASSES, MUTANTS, SSD_BWD
+from mutants.catalog import CLASSES, MUTANTS, NORM_RMS, SSD_BWD
 
 from parity import registry
 from parity.errors import ParityError
@@ -33,15 +33,7 @@ FALSE_ALARM_CASES = (
     (
         "layernorm_gated",
         0,
-        {
-            "rows": 7,
-            "ngroups": 2,
-            "group_size": 48,
-            "z": True,
-            "norm_before_gate": False,
-            "is_rms_norm": True,
-            "bias": False,
-        },
+        NORM_RMS,
         True,
     ),
     # The SSD forward and backward on the smallest problem taking every backward path (the SSD mutants' problem).

@@ -8,7 +8,7 @@ the op's registered spec next to the unpatched kernel (the control, which must p
 from __future__ import annotations
 
 from mutants import Mutant
-from reference.specs import RAGGED
+from reference.specs import NORM_RMS, RAGGED
 
 # Problems (reference/specs.py field names). RAGGED is the registry's pinned ragged problem (seqlen 37 with
 # chunk_size 16: two whole chunks and a partial one; 4 heads in 2 groups); the *_PINNED problems are the
@@ -18,15 +18,6 @@ STATE_PASSING_PINNED = {**RAGGED, "nseq": 2, "initial_states": True}  # seed 0 c
 BMM_PINNED = {**RAGGED, "nseq": 2}
 SMALL = {"batch": 1, "seqlen": 45, "chunk_size": 16, "nheads": 4, "ngroups": 2, "headdim": 8, "dstate": 16}
 CHUNK32 = {**SMALL, "chunk_size": 32}  # chunk_size 32: wider than one 16-wide block; no pinned example has it
-NORM_RMS = {
-    "rows": 7,
-    "ngroups": 2,
-    "group_size": 48,
-    "z": True,
-    "norm_before_gate": False,
-    "is_rms_norm": True,
-    "bias": False,
-}  # the registry's first pinned layernorm_gated example
 NORM_LN_GATED = {
     "rows": 5,
     "ngroups": 3,
