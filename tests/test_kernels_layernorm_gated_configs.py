@@ -71,9 +71,9 @@ def test_a_missing_part_runs_its_fallback_not_helions_default(monkeypatch: pytes
     launched: list[tuple[Any, Any]] = []
     real_launch = ln.launch
 
-    def recording(kernel, args, config):
+    def recording(kernel, args, config, **options):
         launched.append((kernel, config))
-        return real_launch(kernel, args, config)
+        return real_launch(kernel, args, config, **options)
 
     monkeypatch.setattr(ln, "launch", recording)
     x = torch.randn(6, 128, requires_grad=True)
