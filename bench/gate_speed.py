@@ -1,7 +1,7 @@
 """How long the gate takes: one config of each op over at least 50 generated shapes, forward and backward,
 compilation included (the gpu profile plus the op's training shapes), with the number of Triton compilations
-it caused in this process (Helion's generated kernels and mamba-ssm's baseline alike; worker processes'
-compilations are not counted).
+it caused in this process (Helion's generated kernels and mamba-ssm's baseline alike; for every process,
+workers included, see bench/compile_log) and the number of compile groups (parity.spec.OpSpec.compile_key).
 
     python bench/gate_speed.py --op layernorm_gated --op ssd_combined --examples 50 --workers 12 --json out.json
 """
@@ -71,11 +71,13 @@ def main() -> int:
                       max_examples=args.examples, on_result=progress, workers=args.workers)
         seconds = time.perf_counter() - start
         shapes = {json.dumps(c.problem, sort_keys=True) for c in report.cases}
+        groups = {json.dumps(spec.compile_key(c.problem), default=str) for c in report.cases}
         from reference.mamba_triton import BASELINE_CONFIGS
 
         result = {"op": op, "impl": args.impl, "dtype": args.dtype, "workers": args.workers,
                   "seconds": round(seconds, 1),
-                  "cases": len(report.cases), "distinct_shapes": len(shapes), "passed": report.passed,
+                  "cases": len(report.cases), "distinct_shapes": len(shapes), "compile_groups": len(groups),
+                  "passed": report.passed, "determinism": report.determinism, "timing": report.timing,
                   "triton_compilations": sum(compiled.values()), "compilations_by_kernel": dict(compiled),
                   "baseline_configs": dict(BASELINE_CONFIGS), "gpu": torch.cuda.get_device_name(),
                   "command": " ".join(["python", *sys.argv]),

@@ -14,10 +14,10 @@ import torch
 
 from parity.errors import ParityError
 from parity.runner import CaseResult, _same, execute, run_problem
-from parity.spec import Impl, OpSpec, dtype_name
+from parity.spec import Impl, OpSpec, dtype_name, parse_dtype
 from parity.strategies import Profile, plan
 from parity.tolerances import Tolerances
-from parity.workers import run_cases
+from parity.workers import Call, resolve, run_groups
 
 
 def load_config(path: Path | str) -> dict[str, Any]:
@@ -176,6 +176,44 @@ def preflight(spec: OpSpec, impl: Impl, dtype: torch.dtype, device: str) -> None
         ) from exc
 
 
+def _case(
+    spec: OpSpec | str,
+    impl: Impl,
+    problem: dict,
+    seed: int,
+    dtype: str,
+    device: str,
+    tolerances: Tolerances,
+    layout: str,
+) -> list[CaseResult]:
+    """One gate case (poisoned allocations; ``layout`` other than contiguous re-lays the op's relayout inputs)."""
+    spec = resolve(spec)
+    relayout_inputs = spec.relayout_inputs if layout != "contiguous" else ()
+    results = run_problem(
+        spec,
+        [impl],
+        problem,
+        parse_dtype(dtype),
+        seed,
+        device,
+        tolerances,
+        poison=("nan", "garbage"),
+        layout=layout,
+        relayout_inputs=relayout_inputs,
+    )
+    for result in results if layout != "contiguous" else ():
+        result.notes.append(f"inputs {', '.join(relayout_inputs)} laid out {layout}")
+    return results
+
+
+def _rerun(spec: OpSpec | str, impl: Impl, problem: dict, dtype: str, device: str, reruns: int) -> dict[str, Any]:
+    return _determinism(resolve(spec), impl, problem, parse_dtype(dtype), device, reruns)
+
+
+def _time(spec: OpSpec | str, impl: Impl, problem: dict, dtype: str) -> dict[str, Any]:
+    return _timing(resolve(spec), impl, problem, parse_dtype(dtype))
+
+
 def gate(
     spec: OpSpec,
     impl: Impl,
@@ -190,8 +228,12 @@ def gate(
 ) -> GateReport:
     """Check ``impl`` on the profile's problems plus the op's training problems (on CUDA), forward and
     backward, each with NaN- and garbage-filled allocations, then rerun for determinism. A malformed config,
-    no dtype or a dtype without default tolerances is a ParityError before anything runs. ``workers`` > 1
-    spreads the problems over that many processes (see parity.workers; the op must be registered)."""
+    no dtype or a dtype without default tolerances is a ParityError before anything runs.
+
+    The work is grouped by dtype and the spec's compile key, so that each compiled kernel is built in one
+    place; ``workers`` > 1 runs the groups in that many processes at once (see parity.workers; the op must be
+    registered), the largest group (the training shape's, on CUDA) first. Timings at the training shapes run
+    last, in the process that compiled them, with nothing beside them."""
     if not dtypes:
         raise ParityError(f"no dtype to gate {spec.name} in (the op runs {', '.join(map(dtype_name, spec.dtypes))})")
     tolerances.require(dtype_name(d) for d in dtypes)
@@ -199,39 +241,62 @@ def gate(
         check_helion_config(impl.config, f"config of {impl.name}")
         if spec.check_config is not None:
             spec.check_config(impl.config)
-    preflight(spec, impl, dtypes[0], device)
     report = GateReport(spec.name, impl.name, dict(impl.config or {}), device)
+    ref: OpSpec | str = spec.name if workers > 1 else spec
+    keyed: dict[Any, list[Call]] = {}
+    last: list[tuple[Any, Call]] = []
 
-    def record(result: CaseResult) -> None:
-        report.cases.append(result)
-        if on_result:
-            on_result(result)
+    def add(dtype: torch.dtype, problem: dict, call: Call) -> Any:
+        key = (dtype_name(dtype), json.dumps(spec.compile_key(problem), default=str))
+        keyed.setdefault(key, []).append(call)
+        return key
 
     for dtype in dtypes:
+        name = dtype_name(dtype)
         cases = plan(spec, profile, device, max_examples)
-        run_cases(spec, [impl], cases, dtype, device, tolerances, ("nan", "garbage"), workers, record)
-        # On CUDA the driver may already have judged the training problems (seed 0): never twice.
-        judged = {(json.dumps(c.problem, sort_keys=True), c.seed, c.dtype) for c in report.cases}
         for problem in spec.training_problems:
-            if device == "cuda":
-                if (json.dumps(dict(problem), sort_keys=True), 0, dtype_name(dtype)) not in judged:
-                    for result in run_problem(
-                        spec, [impl], problem, dtype, 0, device, tolerances, poison=("nan", "garbage")
-                    ):
-                        record(result)
-                report.timing.append(_timing(spec, impl, problem, dtype))
-            else:
+            if device != "cuda":
                 report.skipped.append(
-                    f"training problem {json.dumps(problem)} ({dtype_name(dtype)}): too large for the CPU interpreter"
+                    f"training problem {json.dumps(problem)} ({name}): too large for the CPU interpreter"
                 )
+                continue
+            key = add(
+                dtype, dict(problem), (_case, (ref, impl, dict(problem), 0, name, device, tolerances, "contiguous"))
+            )
+            last.append((key, (_time, (ref, impl, dict(problem), name))))
+        training = {json.dumps(dict(p), sort_keys=True) for p in spec.training_problems} if device == "cuda" else set()
+        for problem, seed in cases:
+            if not (seed == 0 and json.dumps(problem, sort_keys=True) in training):
+                add(dtype, problem, (_case, (ref, impl, problem, seed, name, device, tolerances, "contiguous")))
         pinned = spec.examples[0] if spec.examples else (spec.training_problems[0] if device == "cuda" else None)
         if pinned is None:
             continue
-        report.determinism.append(_determinism(spec, impl, pinned, dtype, device, reruns))
+        add(dtype, dict(pinned), (_rerun, (ref, impl, dict(pinned), name, device, reruns)))
         for layout in ("strided", "offset") if spec.relayout_inputs else ():
-            for result in run_problem(
-                spec, [impl], pinned, dtype, 1, device, tolerances, layout=layout, relayout_inputs=spec.relayout_inputs
-            ):
-                result.notes.append(f"inputs {', '.join(spec.relayout_inputs)} laid out {layout}")
-                record(result)
+            add(dtype, dict(pinned), (_case, (ref, impl, dict(pinned), 1, name, device, tolerances, layout)))
+    keys = sorted(keyed, key=lambda k: (not any(k == t for t, _ in last), -len(keyed[k])))
+    groups = [keyed[k] for k in keys]
+    finals = [(keys.index(k), call) for k, call in last]
+
+    def collect(where: tuple[int, int], result: Any) -> None:
+        fn = (groups[where[0]] + [c for g, c in finals if g == where[0]])[where[1]][0]
+        if fn is _rerun:
+            report.determinism.append(result)
+        elif fn is _time:
+            report.timing.append(result)
+        else:
+            for case in result:
+                report.cases.append(case)
+                if on_result:
+                    on_result(case)
+
+    run_groups(
+        groups,
+        device,
+        tolerances,
+        workers,
+        collect,
+        finals,
+        while_starting=lambda: preflight(spec, impl, dtypes[0], device),
+    )
     return report

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,6 +173,18 @@ class Impl:
         return lambda **kwargs: fn(**kwargs, config=config)
 
 
+def size_one_key(problem: Problem) -> Hashable:
+    """The default :attr:`OpSpec.compile_key`: a problem's flags and strings, and which integer fields are 1
+    (kernels compiled for dynamic shapes still specialize on sizes of 0 and 1, not on other values)."""
+    return tuple(
+        sorted(
+            (name, value == 1 if type(value) is int else value)
+            for name, value in problem.items()
+            if type(value) in (int, bool, str) or value is None
+        )
+    )
+
+
 @dataclass(frozen=True)
 class OpSpec:
     """Everything the engine needs to check one op.
@@ -190,6 +202,9 @@ class OpSpec:
     check_config: raises ParityError if a candidate config is malformed (before any run).
     check_problem: raises ParityError if a problem is malformed or outside what the op supports in a
         dtype (see :meth:`validate`); None accepts any JSON object.
+    compile_key: what of a problem selects the compiled kernels it runs (constexpr sizes, optional
+        inputs, flags): problems with equal keys share every compilation, so a spread-out gate runs them
+        in one worker (parity.workers).
     """
 
     name: str
@@ -209,6 +224,7 @@ class OpSpec:
     bucket: Callable[[Problem], str] = lambda problem: "*"
     check_config: Callable[[Mapping[str, Any]], None] | None = None
     check_problem: ProblemCheck | None = None
+    compile_key: Callable[[Problem], Hashable] = size_one_key
     description: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
 

@@ -1,23 +1,26 @@
 """Spread parity work over worker processes on one device, so that what must still compile (Helion's code
 generation, Triton's LLVM and ptxas) runs on all CPU cores at once instead of one kernel after another:
-a gate's (problem, seed) cases (:func:`run_cases`), or a check's (op, dtype) runs (:func:`run_jobs`).
+groups of calls that share their compiled kernels (:func:`run_groups`, used by the gate), or a check's
+(op, dtype) runs (:func:`run_jobs`).
 
 Each worker is a spawned process that loads the registry once and keeps its own compiled kernels and its own
-oracle/baseline cache; a case runs entirely in one worker, so its oracle and baseline runs are still shared by
-the implementations judged on it. Workers find the spec by name in the registry: only registered ops can be
-spread.
+oracle/baseline cache. A group runs entirely in one worker, so what its calls compile is compiled once, and a
+case's oracle and baseline runs are still shared by the implementations judged on it. Workers find a spec by
+name in the registry (:func:`resolve`): only registered ops can be spread.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import queue
+import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 import torch
 
-from parity.runner import CaseResult, run_problem
+from parity.runner import CaseResult
 from parity.spec import Impl, OpSpec, dtype_name, parse_dtype
 from parity.strategies import Profile, drive, get_profile
 from parity.tolerances import Tolerances
@@ -34,11 +37,137 @@ def _start(device: str, tolerances: Tolerances) -> None:
     _WORKER.update(specs=registry.load(), tolerances=tolerances)
 
 
-def _case(
-    op: str, impls: Sequence[Impl], problem: dict, seed: int, dtype: str, device: str, poison: Sequence[str]
-) -> list[CaseResult]:
-    spec = _WORKER["specs"][op]
-    return run_problem(spec, impls, problem, parse_dtype(dtype), seed, device, _WORKER["tolerances"], poison=poison)
+def resolve(spec: OpSpec | str) -> OpSpec:
+    """The spec itself, or in a worker the registered spec of that name."""
+    return _WORKER["specs"][spec] if isinstance(spec, str) else spec
+
+
+Call = tuple[Callable[..., Any], tuple[Any, ...]]
+"""A function importable by name (so that it pickles) and its arguments."""
+
+
+def _serve(index: int, inbox: Any, outbox: Any, device: str, tolerances: Tolerances) -> None:
+    """A worker's loop: run each group of calls it is sent, reporting every result, until None arrives."""
+    try:
+        _start(device, tolerances)
+    except BaseException:
+        outbox.put(("error", index, None, traceback.format_exc()))
+        return
+    while (message := inbox.get()) is not None:
+        group, calls = message
+        for position, (fn, args) in enumerate(calls):
+            try:
+                result = fn(*args)
+            except BaseException:
+                outbox.put(("error", index, group, traceback.format_exc()))
+                return
+            outbox.put(("result", index, (group, position), result))
+        outbox.put(("done", index, group, None))
+
+
+def run_groups(
+    groups: Sequence[Sequence[Call]],
+    device: str,
+    tolerances: Tolerances,
+    workers: int,
+    on_result: Callable[[tuple[int, int], Any], None],
+    last: Sequence[tuple[int, Call]] = (),
+    while_starting: Callable[[], None] | None = None,
+) -> None:
+    """Run every call of every group, each group in one process and in order; groups are handed, in the given
+    order, to whichever of ``workers`` spawned processes is free (``workers`` <= 1: all here). ``last``:
+    (group index, call) pairs run after every group has finished, in the process that ran that group (its
+    kernels are compiled there and nothing else runs beside it: timings). ``on_result((group, position), result)``
+    in this process as each call finishes (position counts the ``last`` calls of a group after its own).
+    ``while_starting`` runs here while the workers start (a pre-flight check). A call that raises stops every
+    worker and raises RuntimeError with the worker's traceback."""
+    extra: dict[int, list[Call]] = {}
+    for group, call in last:
+        extra.setdefault(group, []).append(call)
+    if workers <= 1:
+        if while_starting is not None:
+            while_starting()
+        for group, calls in enumerate(groups):
+            for position, (fn, args) in enumerate(calls):
+                on_result((group, position), fn(*args))
+        for group, calls in sorted(extra.items()):
+            for position, (fn, args) in enumerate(calls, start=len(groups[group])):
+                on_result((group, position), fn(*args))
+        return
+    context = multiprocessing.get_context("spawn")  # CUDA is initialized in this process: never fork
+    outbox = context.Queue()
+    inboxes = [context.Queue() for _ in range(min(workers, max(len(groups), 1)))]
+    processes = [
+        context.Process(target=_serve, args=(i, inbox, outbox, device, tolerances), daemon=True)
+        for i, inbox in enumerate(inboxes)
+    ]
+    for process in processes:
+        process.start()
+    try:
+        if while_starting is not None:
+            while_starting()
+        _schedule(groups, extra, inboxes, outbox, processes, on_result)
+    finally:
+        for inbox, process in zip(inboxes, processes, strict=True):
+            if process.is_alive():
+                inbox.put(None)
+        for process in processes:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.terminate()
+
+
+def _schedule(
+    groups: Sequence[Sequence[Call]],
+    extra: dict[int, list[Call]],
+    inboxes: list[Any],
+    outbox: Any,
+    processes: list[Any],
+    on_result: Callable[[tuple[int, int], Any], None],
+) -> None:
+    """Hand out groups to free workers, then each group's ``extra`` calls to the worker that ran it."""
+    pending = list(range(len(groups)))[::-1]
+    owner: dict[int, int] = {}
+    running: set[int] = set()
+
+    def hand(worker: int, group: int, calls: Sequence[Call]) -> None:
+        owner[group] = worker
+        running.add(group)
+        inboxes[worker].put((group, list(calls)))
+
+    for worker in range(len(inboxes)):
+        if pending:
+            group = pending.pop()
+            hand(worker, group, groups[group])
+    finals = False
+    while running or pending:
+        try:
+            kind, worker, where, payload = outbox.get(timeout=10)
+        except queue.Empty:
+            dead = [i for i, p in enumerate(processes) if not p.is_alive() and i in owner.values()]
+            stuck = [g for g in running if owner[g] in dead]
+            if stuck:
+                raise RuntimeError(
+                    f"worker {owner[stuck[0]]} died (exit code "
+                    f"{processes[owner[stuck[0]]].exitcode}) while running group {stuck[0]}"
+                ) from None
+            continue
+        if kind == "error":
+            raise RuntimeError(f"worker {worker} failed:\n{payload}")
+        if kind == "result":
+            group, position = where
+            if finals:
+                position += len(groups[group])
+            on_result((group, position), payload)
+            continue
+        running.discard(where)
+        if pending:
+            group = pending.pop()
+            hand(worker, group, groups[group])
+        elif not running and not finals and extra:
+            finals = True
+            for group, calls in sorted(extra.items()):
+                hand(owner.get(group, 0), group, calls)
 
 
 def _drive(
@@ -82,33 +211,3 @@ def run_jobs(
         }
         for future in as_completed(futures):
             on_job(futures[future], future.result())
-
-
-def run_cases(
-    spec: OpSpec,
-    impls: Sequence[Impl],
-    cases: Sequence[tuple[dict, int]],
-    dtype: torch.dtype,
-    device: str,
-    tolerances: Tolerances,
-    poison: Sequence[str],
-    workers: int,
-    on_result: Callable[[CaseResult], None],
-) -> None:
-    """Judge ``impls`` on every (problem, seed) of ``cases``, in this process (``workers`` <= 1) or spread over
-    ``workers`` spawned processes; ``on_result`` sees each result as its case finishes (the order of
-    completion), in this process either way."""
-    if workers <= 1:
-        for problem, seed in cases:
-            for result in run_problem(spec, impls, problem, dtype, seed, device, tolerances, poison=poison):
-                on_result(result)
-        return
-    context = multiprocessing.get_context("spawn")  # CUDA is initialized in this process: never fork
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start, initargs=(device, tolerances)) as pool:
-        futures = [
-            pool.submit(_case, spec.name, tuple(impls), problem, seed, dtype_name(dtype), device, tuple(poison))
-            for problem, seed in cases
-        ]
-        for future in as_completed(futures):
-            for result in future.result():
-                on_result(result)

@@ -5,7 +5,7 @@ realistic inputs and hypothesis problem strategies. Tolerances live in tolerance
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +14,19 @@ from hypothesis import strategies as st
 
 from parity.errors import ParityError
 from parity.registry import register
-from parity.spec import FieldCheck, Impl, OpSpec, Problem, check_fields, flag, increasing_pair, integer, number, one_of
+from parity.spec import (
+    FieldCheck,
+    Impl,
+    OpSpec,
+    Problem,
+    check_fields,
+    flag,
+    increasing_pair,
+    integer,
+    number,
+    one_of,
+    size_one_key,
+)
 from reference import _triton_shims
 from reference.chunk_cumsum import chunk_cumsum_fwd
 
@@ -666,6 +678,12 @@ def ssd_bucket(p: Problem) -> str:
     return store_bucket(p["headdim"], p["dstate"], p["chunk_size"], p["nheads"] // p["ngroups"])
 
 
+def ssd_compile_key(p: Problem) -> Hashable:
+    """Constexpr sizes (chunk_size; headdim and dstate set mamba-ssm's block sizes), optional inputs and flags,
+    and which sizes are 1: what selects the compiled kernels of an SSD problem."""
+    return (p["chunk_size"], p["headdim"], p["dstate"], p.get("nseq", 0) > 0, size_one_key(p))
+
+
 def _ssd_tuning_configs(inputs: dict[str, Any], count: int) -> list[dict[str, Any]]:
     from kernels.ssd_combined import tuning_configs
 
@@ -686,6 +704,7 @@ for _name, (_fn, _inputs, _outputs, _grads, _features) in SSD_OPS.items():
             nondeterministic=True,  # mamba-ssm's backward accumulates with atomics
             bucket=ssd_bucket,
             relayout_inputs=("x", "dt", "B", "C", "z") if _name == "ssd_combined" else (),
+            compile_key=ssd_compile_key,
             # The combined op interprets five kernels forward and backward: on CPU one generated problem on
             # top of the three pinned ones keeps the suite within its 10 minutes.
             extra={
@@ -765,6 +784,7 @@ register(
         ),
         bucket=lambda p: f"gs{p['group_size']}",  # = kernels.layernorm_gated.store_bucket
         relayout_inputs=("x", "z"),
+        compile_key=lambda p: (p["group_size"], size_one_key(p)),  # group_size is specialized (hl.specialize)
         extra={"flops": lambda p: 0.0, "tuning_configs": _norm_tuning_configs},
         **_impls("layernorm_gated", "layernorm_fn"),
     )

@@ -1,30 +1,81 @@
-"""The gate's problems spread over worker processes (parity.workers) give the same verdicts as one process,
-and plan() lists the problems drive() checks."""
+"""Work spread over worker processes (parity.workers): groups stay whole in one process, a group's final calls
+run where the group ran, after everything else; a gate spread over processes gives the same verdicts as one
+process; and plan() lists the problems drive() checks."""
 
 from __future__ import annotations
 
 import json
+import os
+
+import pytest
+import torch
 
 from parity import registry
+from parity.gate import gate
 from parity.runner import CaseResult
 from parity.strategies import get_profile, plan
-from parity.workers import run_cases
+from parity.workers import run_groups
+
+
+def _where(tag: str) -> tuple[str, int]:
+    return tag, os.getpid()
+
+
+def _fail(tag: str) -> None:
+    raise ValueError(f"broken call {tag}")
+
+
+def test_groups_stay_in_one_process_and_finals_run_last_where_their_group_ran(parity_tolerances):
+    groups = [[(_where, (f"g{g}c{c}",)) for c in range(3 - g)] for g in range(3)]
+    seen: list[tuple[tuple[int, int], tuple[str, int]]] = []
+    run_groups(
+        groups,
+        "cpu",
+        parity_tolerances,
+        2,
+        lambda at, result: seen.append((at, result)),
+        last=[(0, (_where, ("final0",))), (2, (_where, ("final2",)))],
+    )
+    assert sorted(at for at, _ in seen) == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (2, 0), (2, 1)]
+    pid = {tag: p for _, (tag, p) in seen}
+    for g in range(3):
+        assert len({p for tag, p in pid.items() if tag.startswith(f"g{g}")}) == 1, "a group was split"
+    assert pid["final0"] == pid["g0c0"] and pid["final2"] == pid["g2c0"]
+    assert [tag for _, (tag, _) in seen][-2:] == ["final0", "final2"]
+    assert len(set(pid.values())) == 2 and os.getpid() not in pid.values()
+
+
+def test_a_failing_call_stops_the_run_with_its_traceback(parity_tolerances):
+    with pytest.raises(RuntimeError, match="broken call x"):
+        run_groups([[(_where, ("a",))], [(_fail, ("x",))]], "cpu", parity_tolerances, 2, lambda at, r: None)
 
 
 def _verdicts(results: list[CaseResult]) -> dict[str, tuple[bool, dict[str, float]]]:
-    return {json.dumps([r.problem, r.seed], sort_keys=True): (r.passed, r.worst()) for r in results}
+    return {json.dumps([r.problem, r.seed, r.layout], sort_keys=True): (r.passed, r.worst()) for r in results}
 
 
-def test_workers_match_one_process(parity_tolerances):
+def test_gate_spread_over_workers_matches_one_process(parity_tolerances):
     spec = registry.get("layernorm_gated")
     impl = spec.impl("helion")
     cases = plan(spec, get_profile("ci"), "cpu", max_examples=1)
     assert [p for p, _ in cases[: len(spec.examples)]] == [dict(p) for p in spec.examples]
     assert len({json.dumps(c, sort_keys=True) for c in cases}) == len(cases)
-    alone: list[CaseResult] = []
-    spread: list[CaseResult] = []
-    run_cases(spec, [impl], cases, spec.dtypes[0], "cpu", parity_tolerances, ("nan",), 1, alone.append)
-    run_cases(spec, [impl], cases, spec.dtypes[0], "cpu", parity_tolerances, ("nan",), 2, spread.append)
-    assert len(spread) == len(alone) == len(cases)
-    assert _verdicts(spread) == _verdicts(alone)
-    assert all(r.passed for r in alone)
+    reports = [
+        gate(
+            spec,
+            impl,
+            "cpu",
+            get_profile("ci"),
+            parity_tolerances,
+            [torch.float32],
+            max_examples=0,
+            reruns=1,
+            workers=workers,
+        )
+        for workers in (1, 2)
+    ]
+    alone, spread = reports
+    assert len(alone.cases) == len(spread.cases) == len(spec.examples) + 2  # + the pinned problem re-laid out twice
+    assert _verdicts(spread.cases) == _verdicts(alone.cases)
+    assert alone.passed and spread.passed
+    assert len(spread.determinism) == 1 and spread.determinism[0]["bitwise_identical"]
