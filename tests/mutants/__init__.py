@@ -30,6 +30,11 @@ class StaleMutant(AssertionError):
     """A patch whose original snippet is missing from (or ambiguous in) the current kernel source."""
 
 
+DETERMINISM = "determinism"
+"""``Mutant.expect`` of a mutant whose values are right but not bitwise reproducible: only the gate's determinism
+rerun (``parity.gate._determinism``: identical inputs, bitwise comparison) may reject it."""
+
+
 @dataclass(frozen=True)
 class Mutant:
     """One broken variant of a kernel and where the gate must see it.
@@ -39,7 +44,8 @@ class Mutant:
     config: index into the kernel module's CONFIGS (None: the kernel's default config), or a literal
         config mapping.
     backward: whether gradients are judged (the kernel has an autograd backward).
-    expect: the quantity (output or ``grad.<input>``) whose verdict must fail.
+    expect: the quantity (output or ``grad.<input>``) whose verdict must fail, an engine error text, or
+        :data:`DETERMINISM`: every value passes, and the gate's bitwise rerun check must reject it.
     gpu: only observable on a GPU (the Triton interpreter hides it); not run on CPU.
     via: the module that imports ``module`` and defines ``function`` (and CONFIGS), when ``function`` is
         not in ``module`` itself.

@@ -7,7 +7,7 @@ the op's registered spec next to the unpatched kernel (the control, which must p
 
 from __future__ import annotations
 
-from mutants import Mutant
+from mutants import DETERMINISM, Mutant
 from reference.specs import NORM_RMS, RAGGED
 
 # Problems (reference/specs.py field names). RAGGED is the registry's pinned ragged problem (seqlen 37 with
@@ -64,7 +64,8 @@ GPU_NORM = {
     "norm_before_gate": False,
     "is_rms_norm": True,
     "bias": True,
-}  # 2048 row groups of 4 rows race on one partial row
+}  # under CONFIGS[0] (bwd block_sizes [8, 4]): 1024 row groups of 8 rows per group, racing on one partial row
+NORM_ROW_GROUPS = {**NORM_RMS, "rows": 29}  # CONFIGS[0]: 4 row groups of 8 rows (the last ragged) per group
 
 CLASSES = (
     "ragged-chunk masking",
@@ -79,6 +80,7 @@ CLASSES = (
     "unwritten tail",
     "tf32 where fp32 is required",
     "a block size that breaks masking",
+    "nondeterministic reduction order",
 )
 """The failure classes the issue asks for; every one must have a mutant (extra classes are allowed)."""
 
@@ -222,6 +224,36 @@ MUTANTS: tuple[Mutant, ...] = (
         gpu=True,
         extra={"cpu_problem": NORM_RMS},
         note="exact when programs run one at a time (the interpreter); lost updates when they run concurrently",
+    ),
+    # dw partials of all row groups are summed by hl.atomic_add into one row instead of stored per row group and
+    # summed afterwards in a fixed order: no update is lost (the values pass), but the float addition order is
+    # the order the programs happen to reach the atomic, so reruns on identical inputs differ bitwise.
+    Mutant(
+        name="norm_bwd_atomic_reduction_order",
+        failure_class="nondeterministic reduction order",
+        module="kernels.layernorm_gated",
+        function="layernorm_fn",
+        op="layernorm_gated",
+        patches=(
+            (
+                "partials = torch.empty([1 if bias is None else 2, nrow_groups, n]",
+                "partials = torch.zeros([1 if bias is None else 2, nrow_groups, n]",
+            ),
+            (
+                "hl.store(partials, [0, tile_p.id, idx], dw_acc, extra_mask=valid)",
+                # padded lanes (block_n > group_size) add 0 to the group's first column, never past the row
+                "hl.atomic_add(partials, [0, 0, torch.where(valid, idx, tile_g.begin * group_size)], "
+                "torch.where(valid, dw_acc, 0.0))",
+            ),
+        ),
+        problem=GPU_NORM,
+        expect=DETERMINISM,
+        backward=True,
+        config=0,
+        gpu=True,
+        extra={"cpu_problem": NORM_ROW_GROUPS},
+        note="values right within tolerance; bitwise reproducible only when programs run one after another "
+        "(the interpreter), so only the gate's determinism rerun on a GPU can reject it",
     ),
     # The grid stops at the last whole chunk: the ragged last chunk of CB is never written.
     Mutant(
