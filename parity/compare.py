@@ -35,8 +35,10 @@ def error_stats(actual: torch.Tensor, oracle: torch.Tensor) -> ErrorStats:
     """Compare ``actual`` (any dtype) with ``oracle`` (float64) elementwise."""
     if actual.shape != oracle.shape:
         raise ValueError(f"shape {tuple(actual.shape)} != oracle shape {tuple(oracle.shape)}")
-    a = actual.detach().to(torch.float64).cpu()
-    r = oracle.detach().to(torch.float64).cpu()
+    # On the oracle's device: at training shapes (67M elements) a host copy and CPU passes cost seconds per
+    # quantity; only scalars leave the device.
+    r = oracle.detach().to(torch.float64)
+    a = actual.detach().to(device=r.device, dtype=torch.float64)
     nan = int(torch.isnan(a).sum())
     inf = int(torch.isinf(a).sum())
     if a.numel() == 0:
@@ -47,7 +49,7 @@ def error_stats(actual: torch.Tensor, oracle: torch.Tensor) -> ErrorStats:
     diff = torch.where(same, torch.zeros_like(diff), diff)
     diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
     flat = int(torch.argmax(diff))
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape))
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(a.shape)))
     finite_r = torch.where(torch.isfinite(r), r, torch.zeros_like(r))
     ref_norm = float(torch.linalg.vector_norm(finite_r))
     rms = ref_norm / max(r.numel(), 1) ** 0.5

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from parity.errors import ParityError
-from parity.runner import CaseResult, _same, execute, run_problem
+from parity.runner import CaseResult, _same, _upstream_grads, execute, run_problem
 from parity.spec import Impl, OpSpec, dtype_name, parse_dtype
 from parity.strategies import Profile, plan
 from parity.tolerances import Tolerances
@@ -116,14 +116,16 @@ class GateReport:
 def _determinism(
     spec: OpSpec, impl: Impl, problem: Mapping[str, Any], dtype: torch.dtype, device: str, reruns: int
 ) -> dict[str, Any]:
-    """Re-run on identical inputs: bitwise identical, or the largest spread seen."""
+    """Re-run forward and backward on identical inputs and upstream gradients: bitwise identical, or the largest
+    spread seen."""
     inputs = spec.make_inputs(problem, dtype, 0, torch.device(device))
+    upstream = _upstream_grads(0) if impl.backward and spec.grad_inputs else None
     fn = impl.load()
-    first = execute(spec, fn, inputs, None)
+    first = execute(spec, fn, inputs, upstream)
     spread = 0.0
     identical = True
     for _ in range(reruns):
-        again = execute(spec, fn, inputs, None)
+        again = execute(spec, fn, inputs, upstream)
         for name, value in first.values.items():
             other = again.values.get(name)
             if isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor) and not _same(value, other):
@@ -227,8 +229,9 @@ def gate(
     workers: int = 1,
 ) -> GateReport:
     """Check ``impl`` on the profile's problems plus the op's training problems (on CUDA), forward and
-    backward, each with NaN- and garbage-filled allocations, then rerun for determinism. A malformed config,
-    no dtype or a dtype without default tolerances is a ParityError before anything runs.
+    backward, each with NaN- and garbage-filled allocations, then rerun forward and backward for determinism
+    (at the first pinned problem, and on CUDA at the training problems too: races need many programs). A
+    malformed config, no dtype or a dtype without default tolerances is a ParityError before anything runs.
 
     The work is grouped by dtype and the spec's compile key, so that each compiled kernel is built in one
     place; ``workers`` > 1 runs the groups in that many processes at once (see parity.workers; the op must be
@@ -263,6 +266,7 @@ def gate(
             key = add(
                 dtype, dict(problem), (_case, (ref, impl, dict(problem), 0, name, device, tolerances, "contiguous"))
             )
+            add(dtype, dict(problem), (_rerun, (ref, impl, dict(problem), name, device, reruns)))
             last.append((key, (_time, (ref, impl, dict(problem), name))))
         training = {json.dumps(dict(p), sort_keys=True) for p in spec.training_problems} if device == "cuda" else set()
         for problem, seed in cases:

@@ -12,6 +12,7 @@ name in the registry (:func:`resolve`): only registered ops can be spread.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
 import traceback
 from collections.abc import Callable, Sequence
@@ -28,11 +29,13 @@ from parity.tolerances import Tolerances
 _WORKER: dict[str, Any] = {}
 
 
-def _start(device: str, tolerances: Tolerances) -> None:
-    """Worker initializer: configure the device (before triton is imported), load the registry."""
+def _start(device: str, tolerances: Tolerances, workers: int = 1) -> None:
+    """Worker initializer: configure the device (before triton is imported), share the CPU cores among the
+    ``workers`` processes (each would otherwise start one intra-op thread per core), load the registry."""
     from parity import device as device_mod
     from parity import registry
 
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(workers, 1)))
     device_mod.configure(device)
     _WORKER.update(specs=registry.load(), tolerances=tolerances)
 
@@ -46,10 +49,10 @@ Call = tuple[Callable[..., Any], tuple[Any, ...]]
 """A function importable by name (so that it pickles) and its arguments."""
 
 
-def _serve(index: int, inbox: Any, outbox: Any, device: str, tolerances: Tolerances) -> None:
+def _serve(index: int, inbox: Any, outbox: Any, device: str, tolerances: Tolerances, workers: int) -> None:
     """A worker's loop: run each group of calls it is sent, reporting every result, until None arrives."""
     try:
-        _start(device, tolerances)
+        _start(device, tolerances, workers)
     except BaseException:
         outbox.put(("error", index, None, traceback.format_exc()))
         return
@@ -98,7 +101,7 @@ def run_groups(
     outbox = context.Queue()
     inboxes = [context.Queue() for _ in range(min(workers, max(len(groups), 1)))]
     processes = [
-        context.Process(target=_serve, args=(i, inbox, outbox, device, tolerances), daemon=True)
+        context.Process(target=_serve, args=(i, inbox, outbox, device, tolerances, len(inboxes)), daemon=True)
         for i, inbox in enumerate(inboxes)
     ]
     for process in processes:
@@ -202,7 +205,9 @@ def run_jobs(
     """Drive each (spec, implementations, dtype) job (see parity.strategies.drive) in one of ``workers``
     spawned processes; ``on_job(index into jobs, its results)`` as each job finishes."""
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start, initargs=(device, tolerances)) as pool:
+    with ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_start, initargs=(device, tolerances, workers)
+    ) as pool:
         futures = {
             pool.submit(
                 _drive, spec.name, tuple(impls), dtype_name(dtype), device, profile.name, backward, max_examples

@@ -24,6 +24,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -79,23 +80,30 @@ def prepare(*values: Any) -> None:
     device.configure("cpu")
     _triton_shims.install()
     if any(t.dtype == torch.bfloat16 for t in tensors) and not _triton_shims.bf16_ready():
-        raise ParityError("bf16 Triton kernels cannot run correctly on CPU here: the interpreter computes on "
-                          "bf16 bit patterns and the bf16 shims are not installed for this triton version "
-                          f"(verified: {', '.join(sorted(_triton_shims.VERIFIED_TRITON))}); use float16/float32 "
-                          "on CPU or run on CUDA")
+        raise ParityError(
+            "bf16 Triton kernels cannot run correctly on CPU here: the interpreter computes on "
+            "bf16 bit patterns and the bf16 shims are not installed for this triton version "
+            f"(verified: {', '.join(sorted(_triton_shims.VERIFIED_TRITON))}); use float16/float32 "
+            "on CPU or run on CUDA"
+        )
 
 
 def _module(name: str) -> ModuleType:
+    """mamba-ssm's Triton module ``name``, with the autotuned kernels of every mamba-ssm Triton module loaded so
+    far pinned (see :func:`_pin`): a wrapper of one module launches kernels defined in the others (the combined
+    op runs the chunk-state, state-passing, bmm and chunk-scan modules' kernels)."""
     module = _triton_shims.load_mamba_triton(name)
-    if name not in _PINNED_MODULES and os.environ.get("TRITON_INTERPRET") != "1":
+    if os.environ.get("TRITON_INTERPRET") != "1":
         from triton.runtime.autotuner import Autotuner, Heuristics
 
-        _PINNED_MODULES.add(name)
-        for value in vars(module).values():
-            while isinstance(value, Heuristics):
-                value = value.fn
-            if isinstance(value, Autotuner):
-                _pin(value)
+        prefix = "mamba_ssm.ops.triton."
+        for loaded in [m for n, m in list(sys.modules.items()) if n.startswith(prefix) and n not in _PINNED_MODULES]:
+            _PINNED_MODULES.add(loaded.__name__)
+            for value in vars(loaded).values():
+                while isinstance(value, Heuristics):
+                    value = value.fn
+                if isinstance(value, Autotuner) and not getattr(value, "parity_pinned", False):
+                    _pin(value)
     return module
 
 
@@ -130,8 +138,12 @@ def _record(label: str, config: Any) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = json.loads(AUTOTUNE_RECORD.read_text()) if AUTOTUNE_RECORD.exists() else {}
         data.setdefault(torch.cuda.get_device_name(), {})[label] = {
-            "kwargs": config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages,
-            "num_ctas": config.num_ctas, "maxnreg": config.maxnreg}
+            "kwargs": config.kwargs,
+            "num_warps": config.num_warps,
+            "num_stages": config.num_stages,
+            "num_ctas": config.num_ctas,
+            "maxnreg": config.maxnreg,
+        }
         tmp = AUTOTUNE_RECORD.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         tmp.replace(AUTOTUNE_RECORD)
@@ -156,8 +168,13 @@ def _pin(tuner: Any) -> None:
 
     def run(*args: Any, **kwargs: Any) -> Any:
         named = {**dict(zip(tuner.arg_names, args, strict=False)), **kwargs}
-        floats = sorted({str(v.dtype).removeprefix("torch.") for v in named.values()
-                         if isinstance(v, torch.Tensor) and v.is_floating_point()})
+        floats = sorted(
+            {
+                str(v.dtype).removeprefix("torch.")
+                for v in named.values()
+                if isinstance(v, torch.Tensor) and v.is_floating_point()
+            }
+        )
         label = f"{name}[{','.join(floats)}]"
         if label not in chosen and (record := _recorded().get(label)):
             chosen[label] = Config(**record)
@@ -181,6 +198,7 @@ def _pin(tuner: Any) -> None:
             return result
 
     tuner.run = run
+    tuner.parity_pinned = True
 
 
 def wrapper(name: str) -> Callable[..., Any]:
@@ -228,10 +246,18 @@ def _cumulative(ddA: torch.Tensor) -> torch.Tensor:
 
 class _ChunkCumsum(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, dt: torch.Tensor, A: torch.Tensor, chunk_size: int, dt_bias: torch.Tensor | None,
-                dt_softplus: bool, dt_limit: tuple[float, float]) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        ctx: Any,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        chunk_size: int,
+        dt_bias: torch.Tensor | None,
+        dt_softplus: bool,
+        dt_limit: tuple[float, float],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         dA_cumsum, dt_out = _module("ssd_chunk_state")._chunk_cumsum_fwd(
-            dt, A, chunk_size, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=dt_limit)
+            dt, A, chunk_size, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=dt_limit
+        )
         ctx.save_for_backward(dt, A, dt_bias)
         ctx.dt_softplus, ctx.dt_limit = dt_softplus, dt_limit
         ctx.set_materialize_grads(False)
@@ -245,8 +271,14 @@ class _ChunkCumsum(torch.autograd.Function):
         like = dt.new_zeros(b, h, nchunks, chunk_size, dtype=torch.float32)
         ddA = _per_step(_zeros_if_none(ddA_cumsum, like))
         ddt, dA, ddt_bias = _module("ssd_chunk_state")._chunk_cumsum_bwd(
-            ddA, _zeros_if_none(ddt_out, like), dt, A, dt_bias=dt_bias, dt_softplus=ctx.dt_softplus,
-            dt_limit=ctx.dt_limit)
+            ddA,
+            _zeros_if_none(ddt_out, like),
+            dt,
+            A,
+            dt_bias=dt_bias,
+            dt_softplus=ctx.dt_softplus,
+            dt_limit=ctx.dt_limit,
+        )
         return ddt, dA, None, ddt_bias, None, None
 
 
@@ -271,10 +303,18 @@ def chunk_cumsum_fwd(
 
 class _ChunkState(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor,
-                seq_idx: torch.Tensor | None, states_in_fp32: bool) -> torch.Tensor:
-        states = _module("ssd_chunk_state")._chunk_state_fwd(B, x, dt, dA_cumsum, seq_idx=seq_idx,
-                                                             states_in_fp32=states_in_fp32)
+    def forward(
+        ctx: Any,
+        B: torch.Tensor,
+        x: torch.Tensor,
+        dt: torch.Tensor,
+        dA_cumsum: torch.Tensor,
+        seq_idx: torch.Tensor | None,
+        states_in_fp32: bool,
+    ) -> torch.Tensor:
+        states = _module("ssd_chunk_state")._chunk_state_fwd(
+            B, x, dt, dA_cumsum, seq_idx=seq_idx, states_in_fp32=states_in_fp32
+        )
         ctx.save_for_backward(B, x, dt, dA_cumsum, seq_idx)
         return states
 
@@ -294,10 +334,10 @@ class _ChunkState(torch.autograd.Function):
             batch, nchunks, chunk_size = dt.shape[0], dt.shape[2], dt.shape[3]
             cb = x.new_zeros(batch, nchunks, ngroups, chunk_size, chunk_size, dtype=torch.float32)
             dx, ddt, _ = _module("ssd_combined")._chunk_scan_chunk_state_bwd_dx(
-                x, dt, dA_cumsum, B, cb, torch.zeros_like(x), dstates, seq_idx=seq_idx)
+                x, dt, dA_cumsum, B, cb, torch.zeros_like(x), dstates, seq_idx=seq_idx
+            )
             dB = cs._chunk_state_bwd_db(x, dt, dA_cumsum, dstates, seq_idx=seq_idx, ngroups=ngroups)
-            ddA_cumsum = _cumulative(cs._chunk_state_bwd_ddAcs_stable(B, x, dt, dA_cumsum, dstates,
-                                                                       seq_idx=seq_idx))
+            ddA_cumsum = _cumulative(cs._chunk_state_bwd_ddAcs_stable(B, x, dt, dA_cumsum, dstates, seq_idx=seq_idx))
         return dB.to(B.dtype), dx, ddt, ddA_cumsum, None, None
 
 
@@ -325,16 +365,29 @@ def chunk_state_fwd(
 
 class _StatePassing(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, states: torch.Tensor, dA_chunk_cumsum: torch.Tensor,
-                initial_states: torch.Tensor | None, seq_idx: torch.Tensor | None, chunk_size: int | None,
-                out_dtype: torch.dtype | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        ctx: Any,
+        states: torch.Tensor,
+        dA_chunk_cumsum: torch.Tensor,
+        initial_states: torch.Tensor | None,
+        seq_idx: torch.Tensor | None,
+        chunk_size: int | None,
+        out_dtype: torch.dtype | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         sp = _module("ssd_state_passing")
-        out, final_states = sp._state_passing_fwd(states, dA_chunk_cumsum, initial_states=initial_states,
-                                                  seq_idx=seq_idx, chunk_size=chunk_size, out_dtype=out_dtype)
+        out, final_states = sp._state_passing_fwd(
+            states,
+            dA_chunk_cumsum,
+            initial_states=initial_states,
+            seq_idx=seq_idx,
+            chunk_size=chunk_size,
+            out_dtype=out_dtype,
+        )
         # The backward reads the states entering each chunk; like mamba's combined backward it wants
         # them in states.dtype, so a narrower out is recomputed there.
-        ctx.save_for_backward(states, dA_chunk_cumsum, initial_states, seq_idx,
-                              out if out.dtype == states.dtype else None)
+        ctx.save_for_backward(
+            states, dA_chunk_cumsum, initial_states, seq_idx, out if out.dtype == states.dtype else None
+        )
         ctx.chunk_size = chunk_size
         ctx.set_materialize_grads(False)
         return out, final_states
@@ -344,12 +397,19 @@ class _StatePassing(torch.autograd.Function):
         states, dA_chunk_cumsum, initial_states, seq_idx, out = ctx.saved_tensors
         sp = _module("ssd_state_passing")
         if out is None:
-            out, _ = sp._state_passing_fwd(states, dA_chunk_cumsum, initial_states=initial_states,
-                                           seq_idx=seq_idx, chunk_size=ctx.chunk_size)
+            out, _ = sp._state_passing_fwd(
+                states, dA_chunk_cumsum, initial_states=initial_states, seq_idx=seq_idx, chunk_size=ctx.chunk_size
+            )
         dstates, ddA_chunk_cumsum, dinitial_states = sp._state_passing_bwd(
-            out, dA_chunk_cumsum, _zeros_if_none(dout, out), dfinal_states=dfinal_states, seq_idx=seq_idx,
-            has_initial_states=initial_states is not None, dstates_dtype=states.dtype,
-            chunk_size=ctx.chunk_size)
+            out,
+            dA_chunk_cumsum,
+            _zeros_if_none(dout, out),
+            dfinal_states=dfinal_states,
+            seq_idx=seq_idx,
+            has_initial_states=initial_states is not None,
+            dstates_dtype=states.dtype,
+            chunk_size=ctx.chunk_size,
+        )
         if dinitial_states is not None:
             dinitial_states = dinitial_states.to(initial_states.dtype)
         return dstates, ddA_chunk_cumsum, dinitial_states, None, None, None
@@ -376,10 +436,18 @@ def state_passing_fwd(
 
 class _BmmChunk(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, chunk_size: int, seq_idx: torch.Tensor | None,
-                causal: bool, output_dtype: torch.dtype | None) -> torch.Tensor:
-        out = _module("ssd_bmm")._bmm_chunk_fwd(a, b, chunk_size, seq_idx=seq_idx, causal=causal,
-                                                output_dtype=output_dtype)
+    def forward(
+        ctx: Any,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        chunk_size: int,
+        seq_idx: torch.Tensor | None,
+        causal: bool,
+        output_dtype: torch.dtype | None,
+    ) -> torch.Tensor:
+        out = _module("ssd_bmm")._bmm_chunk_fwd(
+            a, b, chunk_size, seq_idx=seq_idx, causal=causal, output_dtype=output_dtype
+        )
         ctx.save_for_backward(a, b, seq_idx)
         ctx.chunk_size, ctx.causal = chunk_size, causal
         return out
@@ -431,11 +499,21 @@ def bmm_chunk_fwd(
 
 class _ChunkScan(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, cb: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor,
-                C: torch.Tensor, states: torch.Tensor, D: torch.Tensor | None, z: torch.Tensor | None,
-                seq_idx: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        out, out_x = _module("ssd_chunk_scan")._chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=D, z=z,
-                                                               seq_idx=seq_idx)
+    def forward(
+        ctx: Any,
+        cb: torch.Tensor,
+        x: torch.Tensor,
+        dt: torch.Tensor,
+        dA_cumsum: torch.Tensor,
+        C: torch.Tensor,
+        states: torch.Tensor,
+        D: torch.Tensor | None,
+        z: torch.Tensor | None,
+        seq_idx: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        out, out_x = _module("ssd_chunk_scan")._chunk_scan_fwd(
+            cb, x, dt, dA_cumsum, C, states, D=D, z=z, seq_idx=seq_idx
+        )
         ctx.save_for_backward(cb, x, dt, dA_cumsum, C, states, D, z, seq_idx, out if z is None else out_x)
         ctx.set_materialize_grads(False)
         return out, out_x
@@ -463,8 +541,17 @@ class _ChunkScan(torch.autograd.Function):
         dD = None
         if D is not None:  # from the "unstable" ddA kernel (its ddA unused), which sees the whole dy
             _, dD = sc._chunk_scan_bwd_ddAcs_unstable(x, dt, y, dy, ddt, D=D)
-        return (dcb.to(cb.dtype), dx, ddt.to(dt.dtype), ddA_cumsum.to(dA_cumsum.dtype), dC.to(C.dtype), dstates,
-                dD, dz, None)
+        return (
+            dcb.to(cb.dtype),
+            dx,
+            ddt.to(dt.dtype),
+            ddA_cumsum.to(dA_cumsum.dtype),
+            dC.to(C.dtype),
+            dstates,
+            dD,
+            dz,
+            None,
+        )
 
 
 def chunk_scan_fwd(
@@ -517,9 +604,23 @@ def mamba_chunk_scan_combined(
     ``_mamba_chunk_scan_combined_bwd``; no backward with return_varlen_states, as in mamba)."""
     prepare(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens)
     return _module("ssd_combined").mamba_chunk_scan_combined(
-        x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states, seq_idx=seq_idx,
-        cu_seqlens=cu_seqlens, dt_softplus=dt_softplus, dt_limit=tuple(dt_limit),
-        return_final_states=return_final_states, return_varlen_states=return_varlen_states)
+        x,
+        dt,
+        A,
+        B,
+        C,
+        chunk_size,
+        D=D,
+        z=z,
+        dt_bias=dt_bias,
+        initial_states=initial_states,
+        seq_idx=seq_idx,
+        cu_seqlens=cu_seqlens,
+        dt_softplus=dt_softplus,
+        dt_limit=tuple(dt_limit),
+        return_final_states=return_final_states,
+        return_varlen_states=return_varlen_states,
+    )
 
 
 def layernorm_fn(
@@ -534,8 +635,9 @@ def layernorm_fn(
 ) -> torch.Tensor:
     """mamba-ssm's gated ``layernorm_fn`` (LayerNormFn: ``_layer_norm_fwd`` / ``_layer_norm_bwd``)."""
     prepare(x, weight, bias, z)
-    return _module("layernorm_gated").layernorm_fn(x, weight, bias, z=z, eps=eps, group_size=group_size,
-                                                   norm_before_gate=norm_before_gate, is_rms_norm=is_rms_norm)
+    return _module("layernorm_gated").layernorm_fn(
+        x, weight, bias, z=z, eps=eps, group_size=group_size, norm_before_gate=norm_before_gate, is_rms_norm=is_rms_norm
+    )
 
 
 def rmsnorm_fn(
@@ -549,5 +651,6 @@ def rmsnorm_fn(
 ) -> torch.Tensor:
     """mamba-ssm's gated ``rmsnorm_fn`` (LayerNormFn with is_rms_norm=True)."""
     prepare(x, weight, bias, z)
-    return _module("layernorm_gated").rmsnorm_fn(x, weight, bias, z=z, eps=eps, group_size=group_size,
-                                                 norm_before_gate=norm_before_gate)
+    return _module("layernorm_gated").rmsnorm_fn(
+        x, weight, bias, z=z, eps=eps, group_size=group_size, norm_before_gate=norm_before_gate
+    )

@@ -74,8 +74,9 @@ def test_optional_and_integer_arguments_do_not_re_autotune():
 
 
 def test_recorded_choice_skips_autotuning(monkeypatch):
-    monkeypatch.setattr(mamba_triton, "_recorded", lambda: {"fake_kernel[float32]": {"kwargs": {"BLOCK": 64},
-                                                                                     "num_warps": 4}})
+    monkeypatch.setattr(
+        mamba_triton, "_recorded", lambda: {"fake_kernel[float32]": {"kwargs": {"BLOCK": 64}, "num_warps": 4}}
+    )
     tuner = FakeTuner(["a", "b"])
     mamba_triton._pin(tuner)
     config = tuner.run(torch.zeros(2), 1)
@@ -107,3 +108,39 @@ def test_wrapped_run_passes_keyword_arguments():
     tuner = FakeTuner(["a"])
     mamba_triton._pin(tuner)
     assert tuner.run(x=torch.zeros(1), n=0) == "a"
+
+
+def test_every_autotuned_kernel_the_combined_op_launches_is_pinned():
+    """The combined op's wrapper (ssd_combined) launches kernels defined in mamba-ssm's other Triton modules:
+    every autotuner of every loaded module must be pinned, not only those of the module asked for (an unpinned
+    one re-autotunes on every new shape). Run in a fresh process without the interpreter (pinning is GPU-only)."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from triton.runtime.autotuner import Autotuner, Heuristics\n"
+        "from reference import mamba_triton\n"
+        "mamba_triton._module('ssd_combined')\n"
+        "found = []\n"
+        "for name, module in list(sys.modules.items()):\n"
+        "    if name.startswith('mamba_ssm.ops.triton.'):\n"
+        "        for value in vars(module).values():\n"
+        "            while isinstance(value, Heuristics):\n"
+        "                value = value.fn\n"
+        "            if isinstance(value, Autotuner):\n"
+        "                found.append((value.base_fn.__name__, getattr(value, 'parity_pinned', False)))\n"
+        "print(len(found), sorted({n for n, pinned in found if not pinned}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        cwd=mamba_triton.AUTOTUNE_RECORD.parents[1],
+    ).stdout.split(maxsplit=1)
+    assert int(out[0]) >= 10, out  # chunk_cumsum, chunk_state, state_passing, bmm, chunk_scan, ... fwd and bwd
+    assert out[1].strip() == "[]", f"autotuned kernels left unpinned: {out[1]}"
