@@ -186,10 +186,13 @@ def describe(record: dict[str, Any], max_ratio: float) -> str:
         if q is None:
             continue
         flag = "" if q["ratio"] is None or q["ratio"] <= max_ratio else " RATIO>" + f"{max_ratio:g}"
+        if q["mamba"] is None:  # no baseline error for this quantity (the baseline failed to run)
+            mamba = "mamba n/a"
+        else:
+            ulps = f"{q['helion'] / q['ulp']:.1f} vs {q['mamba'] / q['ulp']:.1f} ulp"
+            mamba = f"mamba {q['mamba']:.3e} ratio {q['ratio']:.2f} ({ulps})"
         parts.append(
-            f"{name} helion {q['helion']:.3e} mamba {q['mamba']:.3e} ratio {q['ratio']:.2f} "
-            f"({q['helion'] / q['ulp']:.1f} vs {q['mamba'] / q['ulp']:.1f} ulp) "
-            f"bound {q['bound']:.3e} {'ok' if q['passed'] else 'FAIL'}{flag}"
+            f"{name} helion {q['helion']:.3e} {mamba} bound {q['bound']:.3e} {'ok' if q['passed'] else 'FAIL'}{flag}"
         )
     failed = [f"{n} {q['helion']:.3e} > {q['bound']:.3e}" for n, q in record["quantities"].items() if not q["passed"]]
     gate = "gate PASS" if record["passed"] else "gate FAIL: " + "; ".join(failed + record["errors"])[:400]

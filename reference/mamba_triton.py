@@ -149,6 +149,24 @@ def _record(label: str, config: Any) -> None:
         tmp.replace(AUTOTUNE_RECORD)
 
 
+def _own_config(configs: list[Any], record: dict[str, Any] | None) -> Any:
+    """The autotuner's own config that ``record`` names, None if none matches (then the kernel autotunes). Never
+    a copy built from the record: mamba-ssm's configs carry pre-hooks that zero the buffers its kernels
+    accumulate into with atomics, and a copy without them sums into uninitialized memory."""
+    if record is None:
+        return None
+    for config in configs:
+        if (
+            config.kwargs == record["kwargs"]
+            and config.num_warps == record.get("num_warps")
+            and config.num_stages == record.get("num_stages")
+            and config.num_ctas == record.get("num_ctas", 1)
+            and config.maxnreg == record.get("maxnreg")
+        ):
+            return config
+    return None
+
+
 def _pin(tuner: Any) -> None:
     """Make ``tuner`` autotune once per float dtypes of its arguments, then run every later key with that
     choice (or, from the start, with the choice recorded for this GPU in :data:`AUTOTUNE_RECORD`).
@@ -159,7 +177,7 @@ def _pin(tuner: Any) -> None:
     shape (out of shared memory) falls back to autotuning that key. fp32 runs compile their dots in IEEE fp32
     (``TRITON_F32_DEFAULT=ieee``; mamba-ssm's default is TF32): the fp32 rule judges candidates against a
     true-fp32 baseline, so a TF32 candidate cannot pass."""
-    from triton import Config, knobs
+    from triton import knobs
     from triton.runtime.errors import OutOfResources
 
     original, every = tuner.run, list(tuner.configs)
@@ -176,9 +194,9 @@ def _pin(tuner: Any) -> None:
             }
         )
         label = f"{name}[{','.join(floats)}]"
-        if label not in chosen and (record := _recorded().get(label)):
-            chosen[label] = Config(**record)
-            BASELINE_CONFIGS[label] = f"{chosen[label]} (recorded in {AUTOTUNE_RECORD.name})"
+        if label not in chosen and (own := _own_config(every, _recorded().get(label))) is not None:
+            chosen[label] = own
+            BASELINE_CONFIGS[label] = f"{own} (recorded in {AUTOTUNE_RECORD.name})"
         with knobs.language.scope():
             if not {"float16", "bfloat16"} & set(floats):
                 knobs.language.fp32_default = "ieee"

@@ -18,7 +18,7 @@ from reference import mamba_triton
 class FakeTuner:
     """What _pin reads of a triton Autotuner: run, configs, best_config, arg_names, base_fn.__name__."""
 
-    def __init__(self, configs: list[str], too_big: set[tuple[str, int]] = frozenset()) -> None:
+    def __init__(self, configs: list[Any], too_big: set[tuple[str, int]] = frozenset()) -> None:
         self.configs = configs
         self.arg_names = ["x", "n"]
         self.base_fn = SimpleNamespace(__name__="fake_kernel")
@@ -73,16 +73,34 @@ def test_optional_and_integer_arguments_do_not_re_autotune():
     assert tuner.benchmarked == [1]
 
 
-def test_recorded_choice_skips_autotuning(monkeypatch):
-    monkeypatch.setattr(
-        mamba_triton, "_recorded", lambda: {"fake_kernel[float32]": {"kwargs": {"BLOCK": 64}, "num_warps": 4}}
-    )
-    tuner = FakeTuner(["a", "b"])
+def test_recorded_choice_runs_the_tuners_own_config_and_skips_autotuning(monkeypatch):
+    """The record names one of the autotuner's configs; that very object runs, with its pre-hook (mamba-ssm's
+    configs zero their atomic accumulators in one: a copy rebuilt from the record would sum into garbage)."""
+    from triton import Config
+
+    def zero(nargs: dict[str, Any]) -> None:
+        nargs["x"].zero_()
+
+    configs = [Config({"BLOCK": 32}, num_warps=4, pre_hook=zero), Config({"BLOCK": 64}, num_warps=4, pre_hook=zero)]
+    record = {"kwargs": {"BLOCK": 64}, "num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
+    monkeypatch.setattr(mamba_triton, "_recorded", lambda: {"fake_kernel[float32]": record})
+    tuner = FakeTuner(configs)
     mamba_triton._pin(tuner)
-    config = tuner.run(torch.zeros(2), 1)
+    assert tuner.run(torch.zeros(2), 1) is configs[1]
     assert tuner.benchmarked == []
-    assert config.kwargs == {"BLOCK": 64} and config.num_warps == 4
     assert "recorded" in mamba_triton.BASELINE_CONFIGS["fake_kernel[float32]"]
+
+
+def test_recorded_choice_that_is_not_one_of_the_tuners_configs_autotunes(monkeypatch):
+    from triton import Config
+
+    configs = [Config({"BLOCK": 32}, num_warps=4), Config({"BLOCK": 64}, num_warps=4)]
+    record = {"kwargs": {"BLOCK": 128}, "num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
+    monkeypatch.setattr(mamba_triton, "_recorded", lambda: {"fake_kernel[float32]": record})
+    tuner = FakeTuner(configs)
+    mamba_triton._pin(tuner)
+    tuner.run(torch.zeros(2), 1)
+    assert tuner.benchmarked == [1]
 
 
 def test_fp32_dots_in_ieee_half_precision_untouched():
