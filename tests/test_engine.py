@@ -230,3 +230,34 @@ def test_specs_with_other_inputs_do_not_share_the_oracle():
     for s in (first, second, first):
         [result] = run_problem(s, [s.impl("reference")], RAGGED, torch.float32, 7, "cpu", TOLS)
         assert result.passed, result.message()
+
+
+def test_a_broken_baseline_does_not_widen_the_bound():
+    """A baseline far outside its own absolute bound (a lost pre-hook: mamba-ssm's kernels summing into
+    uninitialized memory, H200 run 7) must not let an equally broken candidate through: the absolute bound
+    applies, with a note; a correct candidate still passes."""
+    import dataclasses
+
+    from toy_op import baseline
+
+    def garbage(x, a, d, chunk):
+        return baseline(x, a, d, chunk) * 1.5
+
+    broken = dataclasses.replace(spec(reference, garbage), baseline=Impl("loop", garbage))
+    good, bad = run_problem(
+        broken,
+        [broken.impl("reference"), broken.impl("garbage")],
+        RAGGED,
+        torch.float32,
+        0,
+        "cpu",
+        TOLS,
+        backward=False,
+    )
+    assert good.passed, good.message()
+    assert not bad.passed, "an equally broken candidate passed on the broken baseline's bound"
+    assert any("over 10x its own bound" in note for note in good.notes + bad.notes)
+    [intact] = run_problem(
+        spec(garbage), [spec(garbage).impl("garbage")], RAGGED, torch.float32, 0, "cpu", TOLS, backward=False
+    )
+    assert not intact.passed and not intact.notes
