@@ -213,12 +213,17 @@ def execute(
 
 def _upstream_grads(seed: int) -> Callable[[str, torch.Tensor], torch.Tensor]:
     """One random upstream gradient per output, a function of the seed, the output's name and shape
-    only, so every implementation gets the same one (in its own output dtype)."""
+    only, so every implementation gets the same one (in its own output dtype). Drawn once per output name,
+    shape and device (on the CPU generator, so that CPU and GPU runs of a seed see the same values; at a
+    training shape one draw takes seconds and a case runs several implementations)."""
+    drawn: dict[tuple[str, tuple[int, ...], torch.device], torch.Tensor] = {}
 
     def upstream(name: str, out: torch.Tensor) -> torch.Tensor:
-        gen = torch.Generator().manual_seed(seed * 1000003 + zlib.crc32(name.encode()))
-        grad = torch.randn(out.shape, generator=gen, dtype=torch.float64)
-        return grad.to(device=out.device, dtype=out.dtype)
+        key = (name, tuple(out.shape), out.device)
+        if key not in drawn:
+            gen = torch.Generator().manual_seed(seed * 1000003 + zlib.crc32(name.encode()))
+            drawn[key] = torch.randn(out.shape, generator=gen, dtype=torch.float64).to(out.device)
+        return drawn[key].to(dtype=out.dtype)
 
     return upstream
 
