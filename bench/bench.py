@@ -27,20 +27,54 @@ from parity.report import atomic_write
 from parity.spec import Impl, OpSpec
 
 SSD_SHAPES = {
-    "nemotron": {"batch": 2, "seqlen": 8192, "chunk_size": 128, "nheads": 64, "ngroups": 8, "headdim": 64,
-                 "dstate": 128},
-    "long": {"batch": 1, "seqlen": 65536, "chunk_size": 128, "nheads": 32, "ngroups": 1, "headdim": 64,
-             "dstate": 128},
-    "small-head": {"batch": 4, "seqlen": 4096, "chunk_size": 256, "nheads": 128, "ngroups": 1, "headdim": 32,
-                   "dstate": 64},
+    "nemotron": {
+        "batch": 2,
+        "seqlen": 8192,
+        "chunk_size": 128,
+        "nheads": 64,
+        "ngroups": 8,
+        "headdim": 64,
+        "dstate": 128,
+    },
+    "long": {"batch": 1, "seqlen": 65536, "chunk_size": 128, "nheads": 32, "ngroups": 1, "headdim": 64, "dstate": 128},
+    "small-head": {
+        "batch": 4,
+        "seqlen": 4096,
+        "chunk_size": 256,
+        "nheads": 128,
+        "ngroups": 1,
+        "headdim": 32,
+        "dstate": 64,
+    },
 }
 NORM_SHAPES = {  # rows = batch * seqlen, columns = nheads * headdim, one group per B/C group
-    "nemotron": {"rows": 16384, "ngroups": 8, "group_size": 512, "z": True, "norm_before_gate": False,
-                 "is_rms_norm": True, "bias": False},
-    "long": {"rows": 65536, "ngroups": 1, "group_size": 2048, "z": True, "norm_before_gate": False,
-             "is_rms_norm": True, "bias": False},
-    "small-head": {"rows": 16384, "ngroups": 1, "group_size": 4096, "z": True, "norm_before_gate": False,
-                   "is_rms_norm": True, "bias": False},
+    "nemotron": {
+        "rows": 16384,
+        "ngroups": 8,
+        "group_size": 512,
+        "z": True,
+        "norm_before_gate": False,
+        "is_rms_norm": True,
+        "bias": False,
+    },
+    "long": {
+        "rows": 65536,
+        "ngroups": 1,
+        "group_size": 2048,
+        "z": True,
+        "norm_before_gate": False,
+        "is_rms_norm": True,
+        "bias": False,
+    },
+    "small-head": {
+        "rows": 16384,
+        "ngroups": 1,
+        "group_size": 4096,
+        "z": True,
+        "norm_before_gate": False,
+        "is_rms_norm": True,
+        "bias": False,
+    },
 }
 
 
@@ -144,10 +178,17 @@ def main() -> int:
                 print(f"{row['op']:16} {row['shape']:11} {impl:8} error: {t['error'][:80]}")
                 continue
             fb = f"{t['fwd_bwd_ms']:8.3f}" if "fwd_bwd_ms" in t else f"{'-':>8}"
-            print(f"{row['op']:16} {row['shape']:11} {impl:8} {t['fwd_ms']:8.3f} {fb} "
-                  f"{t.get('speedup_vs_triton', float('nan')):9.2f} {t['floor_ms']:8.3f} {t['fraction_of_floor']:8.2f}")
-    meta = {"command": " ".join([sys.executable.split("/")[-1], *sys.argv]), "gpu": torch.cuda.get_device_name(),
-            "torch": torch.__version__, "python": platform.python_version(), "ceilings": ceil}
+            print(
+                f"{row['op']:16} {row['shape']:11} {impl:8} {t['fwd_ms']:8.3f} {fb} "
+                f"{t.get('speedup_vs_triton', float('nan')):9.2f} {t['floor_ms']:8.3f} {t['fraction_of_floor']:8.2f}"
+            )
+    meta = {
+        "command": " ".join([sys.executable.split("/")[-1], *sys.argv]),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "ceilings": ceil,
+    }
     if args.json_path:
         atomic_write(args.json_path, json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     return 0

@@ -64,28 +64,55 @@ def main() -> int:
         def progress(case: Any, start: float = start) -> None:
             nonlocal done
             done += 1
-            print(f"  [{done}] {time.perf_counter() - start:6.1f} s {'ok  ' if case.passed else 'FAIL'} "
-                  f"{json.dumps(case.problem, sort_keys=True)}", flush=True)
+            print(
+                f"  [{done}] {time.perf_counter() - start:6.1f} s {'ok  ' if case.passed else 'FAIL'} "
+                f"{json.dumps(case.problem, sort_keys=True)}",
+                flush=True,
+            )
 
-        report = gate(spec, spec.impl(args.impl), "cuda", get_profile("gpu"), tols, [getattr(torch, args.dtype)],
-                      max_examples=args.examples, on_result=progress, workers=args.workers)
+        report = gate(
+            spec,
+            spec.impl(args.impl),
+            "cuda",
+            get_profile("gpu"),
+            tols,
+            [getattr(torch, args.dtype)],
+            max_examples=args.examples,
+            on_result=progress,
+            workers=args.workers,
+        )
         seconds = time.perf_counter() - start
         shapes = {json.dumps(c.problem, sort_keys=True) for c in report.cases}
         groups = {json.dumps(spec.compile_key(c.problem), default=str) for c in report.cases}
         from reference.mamba_triton import BASELINE_CONFIGS
 
-        result = {"op": op, "impl": args.impl, "dtype": args.dtype, "workers": args.workers,
-                  "seconds": round(seconds, 1),
-                  "cases": len(report.cases), "distinct_shapes": len(shapes), "compile_groups": len(groups),
-                  "passed": report.passed, "determinism": report.determinism, "timing": report.timing,
-                  "triton_compilations": sum(compiled.values()), "compilations_by_kernel": dict(compiled),
-                  "baseline_configs": dict(BASELINE_CONFIGS), "gpu": torch.cuda.get_device_name(),
-                  "command": " ".join(["python", *sys.argv]),
-                  "failures": [c.message() for c in report.cases if not c.passed][:5]}
+        result = {
+            "op": op,
+            "impl": args.impl,
+            "dtype": args.dtype,
+            "workers": args.workers,
+            "seconds": round(seconds, 1),
+            "cases": len(report.cases),
+            "distinct_shapes": len(shapes),
+            "compile_groups": len(groups),
+            "passed": report.passed,
+            "determinism": report.determinism,
+            "timing": report.timing,
+            "triton_compilations": sum(compiled.values()),
+            "compilations_by_kernel": dict(compiled),
+            "baseline_configs": dict(BASELINE_CONFIGS),
+            "gpu": torch.cuda.get_device_name(),
+            "command": " ".join(["python", *sys.argv]),
+            "failures": [c.message() for c in report.cases if not c.passed][:5],
+        }
         compiled.clear()
         results.append(result)
-        print(json.dumps({k: v for k, v in result.items() if k not in ("failures", "compilations_by_kernel",
-                                                                         "baseline_configs")}), flush=True)
+        print(
+            json.dumps(
+                {k: v for k, v in result.items() if k not in ("failures", "compilations_by_kernel", "baseline_configs")}
+            ),
+            flush=True,
+        )
         for failure in result["failures"]:
             print(failure, flush=True)
         if args.json_path:

@@ -39,8 +39,15 @@ from parity import device as parity_device
 from parity.report import atomic_write
 
 SHAPES: dict[str, dict[str, Any]] = {
-    "nemotron": {"batch": 2, "seqlen": 8192, "chunk_size": 128, "nheads": 64, "ngroups": 8, "headdim": 64,
-                 "dstate": 128},
+    "nemotron": {
+        "batch": 2,
+        "seqlen": 8192,
+        "chunk_size": 128,
+        "nheads": 64,
+        "ngroups": 8,
+        "headdim": 64,
+        "dstate": 128,
+    },
     "tiny": {"batch": 1, "seqlen": 64, "chunk_size": 16, "nheads": 4, "ngroups": 2, "headdim": 16, "dstate": 16},
 }
 """SSD problem sizes; the norm runs over rows = batch * seqlen, columns = nheads * headdim, one group per
@@ -109,14 +116,30 @@ def mixer_inputs(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device) -
     b, L, h, p, g = shape["batch"], shape["seqlen"], shape["nheads"], shape["headdim"], shape["ngroups"]
     problem = {**shape, "D": "h", "dt_bias": True, "dt_softplus": True}
     ssd = specs.ssd_raw_inputs(problem, dtype, 0, dev)
-    norm = specs.norm_inputs({"rows": b * L, "ngroups": g, "group_size": h * p // g, "z": True,
-                              "norm_before_gate": False, "is_rms_norm": True, "bias": False}, dtype, 1, dev)
+    norm = specs.norm_inputs(
+        {
+            "rows": b * L,
+            "ngroups": g,
+            "group_size": h * p // g,
+            "z": True,
+            "norm_before_gate": False,
+            "is_rms_norm": True,
+            "bias": False,
+        },
+        dtype,
+        1,
+        dev,
+    )
     leaves = {k: ssd[k] for k in ("x", "dt", "A", "B", "C", "D", "dt_bias")}
     leaves["z"] = norm["z"].reshape(b, L, h * p)
     leaves["weight"] = norm["weight"]
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in leaves.items()}
-    return {"leaves": leaves, "chunk_size": ssd["chunk_size"], "group_size": norm["group_size"],
-            "dout": _cotangent((b, L, h * p), dtype, 2, dev)}
+    return {
+        "leaves": leaves,
+        "chunk_size": ssd["chunk_size"],
+        "group_size": norm["group_size"],
+        "dout": _cotangent((b, L, h * p), dtype, 2, dev),
+    }
 
 
 def bench_mixer_backend(backend: Backend, inputs: dict[str, Any], dev: torch.device) -> dict[str, Any]:
@@ -128,10 +151,12 @@ def bench_mixer_backend(backend: Backend, inputs: dict[str, Any], dev: torch.dev
     wrt = [t[n] for n in GRAD_NAMES]
 
     def forward() -> torch.Tensor:
-        y = ssd_fn(t["x"], t["dt"], t["A"], t["B"], t["C"], cs, D=t["D"], z=None, dt_bias=t["dt_bias"],
-                   dt_softplus=True)
-        return norm_fn(y.reshape(b, L, h * p), t["weight"], None, z=t["z"], eps=EPS, group_size=gs,
-                       norm_before_gate=False)
+        y = ssd_fn(
+            t["x"], t["dt"], t["A"], t["B"], t["C"], cs, D=t["D"], z=None, dt_bias=t["dt_bias"], dt_softplus=True
+        )
+        return norm_fn(
+            y.reshape(b, L, h * p), t["weight"], None, z=t["z"], eps=EPS, group_size=gs, norm_before_gate=False
+        )
 
     def fwd_bwd() -> tuple[torch.Tensor, ...]:
         return torch.autograd.grad(forward(), wrt, dout)
@@ -156,8 +181,9 @@ def bench_mixer_backend(backend: Backend, inputs: dict[str, Any], dev: torch.dev
     return result
 
 
-def bench_mixer(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device,
-                configs: dict[str, Any]) -> dict[str, Any]:
+def bench_mixer(
+    shape: dict[str, Any], dtype: torch.dtype, dev: torch.device, configs: dict[str, Any]
+) -> dict[str, Any]:
     """Both backends (mamba first, so the baseline is measured even if a Helion kernel breaks the device),
     speedups helion vs mamba, peak-memory ratio and output/gradient differences."""
     from kernels import layernorm_gated as helion_norm
@@ -167,8 +193,10 @@ def bench_mixer(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device,
     inputs = mixer_inputs(shape, dtype, dev)
     backends: dict[str, Backend] = {
         "mamba": (mamba_triton.mamba_chunk_scan_combined, mamba_triton.rmsnorm_fn),
-        "helion": (functools.partial(helion_ssd.mamba_chunk_scan_combined, config=configs["ssd"]),
-                   functools.partial(helion_norm.rmsnorm_fn, config=configs["norm"])),
+        "helion": (
+            functools.partial(helion_ssd.mamba_chunk_scan_combined, config=configs["ssd"]),
+            functools.partial(helion_norm.rmsnorm_fn, config=configs["norm"]),
+        ),
     }
     results: dict[str, dict[str, Any]] = {}
     for name, backend in backends.items():
@@ -180,8 +208,16 @@ def bench_mixer(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device,
     ours, theirs = results["helion"], results["mamba"]
     ours_v, theirs_v = ours.pop("_values", {}), theirs.pop("_values", {})
     return {
-        "problem": {**shape, "D": "h", "dt_bias": True, "dt_softplus": True, "dtype": str(dtype).removeprefix("torch."),
-                    "group_size": inputs["group_size"], "norm_before_gate": False, "eps": EPS},
+        "problem": {
+            **shape,
+            "D": "h",
+            "dt_bias": True,
+            "dt_softplus": True,
+            "dtype": str(dtype).removeprefix("torch."),
+            "group_size": inputs["group_size"],
+            "norm_before_gate": False,
+            "eps": EPS,
+        },
         "backends": results,
         "speedup_fwd": _ratio(theirs.get("fwd_ms"), ours.get("fwd_ms")),
         "speedup_fwd_bwd": _ratio(theirs.get("fwd_bwd_ms"), ours.get("fwd_bwd_ms")),
@@ -195,39 +231,53 @@ def bench_mixer(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device,
 # 2. The gated RMSNorm backward alone
 
 
-def _helion_norm_bwd(x: torch.Tensor, w: torch.Tensor, z: torch.Tensor, dy: torch.Tensor, gs: int,
-                     config: dict[str, Any] | None) -> tuple[Callable[[], Any], Any]:
+def _helion_norm_bwd(
+    x: torch.Tensor, w: torch.Tensor, z: torch.Tensor, dy: torch.Tensor, gs: int, config: dict[str, Any] | None
+) -> tuple[Callable[[], Any], Any]:
     """The Helion backward call, configured as rmsnorm_fn would be (``config``, else the promoted config, else
     the kernel fallbacks), after its forward; returns (the call, the backward config)."""
     from kernels import layernorm_gated as hn
 
     fwd_cfg, bwd_cfg = hn._split_config(hn._promoted(x, gs) if config is None else config)
-    _, mean, rstd = hn.layer_norm_fwd(x, w, None, EPS, z=z, group_size=gs, norm_before_gate=False,
-                                      is_rms_norm=True, config=fwd_cfg)
+    _, mean, rstd = hn.layer_norm_fwd(
+        x, w, None, EPS, z=z, group_size=gs, norm_before_gate=False, is_rms_norm=True, config=fwd_cfg
+    )
     return lambda: hn.layer_norm_bwd(dy, x, w, None, EPS, mean, rstd, z, gs, False, True, config=bwd_cfg), bwd_cfg
 
 
-def _mamba_norm_bwd(x: torch.Tensor, w: torch.Tensor, z: torch.Tensor, dy: torch.Tensor, gs: int,
-                    config: None) -> tuple[Callable[[], Any], Any]:
+def _mamba_norm_bwd(
+    x: torch.Tensor, w: torch.Tensor, z: torch.Tensor, dy: torch.Tensor, gs: int, config: None
+) -> tuple[Callable[[], Any], Any]:
     """mamba-ssm's ``_layer_norm_bwd`` call after its ``_layer_norm_fwd``, as LayerNormFn makes them."""
     from reference import mamba_triton
 
     mamba_triton.prepare(x, w, z, dy)
     lg = mamba_triton._module("layernorm_gated")
-    _, mean, rstd = lg._layer_norm_fwd(x, w, None, EPS, z=z, group_size=gs, norm_before_gate=False,
-                                       is_rms_norm=True)
+    _, mean, rstd = lg._layer_norm_fwd(x, w, None, EPS, z=z, group_size=gs, norm_before_gate=False, is_rms_norm=True)
     return lambda: lg._layer_norm_bwd(dy, x, w, None, EPS, mean, rstd, z, gs, False, True), None
 
 
-def bench_norm_bwd(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device,
-                   ceil: dict[str, float] | None, config: dict[str, Any] | None) -> dict[str, Any]:
+def bench_norm_bwd(
+    shape: dict[str, Any],
+    dtype: torch.dtype,
+    dev: torch.device,
+    ceil: dict[str, float] | None,
+    config: dict[str, Any] | None,
+) -> dict[str, Any]:
     """bwd_ms of each backend's gated RMSNorm backward kernel call, speedup, bandwidth floor and fraction of it."""
     from reference import specs
 
     rows, g = shape["batch"] * shape["seqlen"], shape["ngroups"]
     gs = shape["nheads"] * shape["headdim"] // g
-    problem = {"rows": rows, "ngroups": g, "group_size": gs, "z": True, "norm_before_gate": False,
-               "is_rms_norm": True, "bias": False}
+    problem = {
+        "rows": rows,
+        "ngroups": g,
+        "group_size": gs,
+        "z": True,
+        "norm_before_gate": False,
+        "is_rms_norm": True,
+        "bias": False,
+    }
     inp = specs.norm_inputs(problem, dtype, 3, dev)
     x, w, z = inp["x"], inp["weight"], inp["z"]
     dy = _cotangent(x.shape, dtype, 4, dev)
@@ -321,38 +371,50 @@ def _times(ratio: float | None) -> str:
 def print_report(mixer: dict[str, Any], norm: dict[str, Any], targets: dict[str, dict[str, Any]]) -> None:
     """A short table of both measurements with the issue's targets."""
     p = mixer["problem"]
-    print(f"mixer fwd+bwd  b={p['batch']} L={p['seqlen']} h={p['nheads']} p={p['headdim']} g={p['ngroups']} "
-          f"n={p['dstate']} chunk={p['chunk_size']} {p['dtype']}")
+    print(
+        f"mixer fwd+bwd  b={p['batch']} L={p['seqlen']} h={p['nheads']} p={p['headdim']} g={p['ngroups']} "
+        f"n={p['dstate']} chunk={p['chunk_size']} {p['dtype']}"
+    )
     print(f"  {'backend':8} {'fwd ms':>9} {'fwd+bwd':>9} {'peak MiB':>9}")
     for name, r in mixer["backends"].items():
         peak = r["peak_mem_bytes"] / 2**20 if "peak_mem_bytes" in r else None
         line = f"  {name:8} {_fmt(r.get('fwd_ms'))} {_fmt(r.get('fwd_bwd_ms'))} {_fmt(peak, '9.0f')}"
         print(line + (f"  error: {r['error'][:100]}" if "error" in r else ""))
     t = targets
-    print(f"  speedup helion/mamba: fwd {_times(mixer['speedup_fwd'])}, fwd+bwd "
-          f"{_times(mixer['speedup_fwd_bwd'])}  (target >= {t['mixer_fwd_bwd_speedup']['target']}x: "
-          f"{t['mixer_fwd_bwd_speedup']['verdict']})")
-    print(f"  peak memory helion/mamba: {_fmt(mixer['peak_mem_ratio'], '.3f')}  "
-          f"(target <= {t['mixer_peak_mem_ratio']['target']}: {t['mixer_peak_mem_ratio']['verdict']})")
+    print(
+        f"  speedup helion/mamba: fwd {_times(mixer['speedup_fwd'])}, fwd+bwd "
+        f"{_times(mixer['speedup_fwd_bwd'])}  (target >= {t['mixer_fwd_bwd_speedup']['target']}x: "
+        f"{t['mixer_fwd_bwd_speedup']['verdict']})"
+    )
+    print(
+        f"  peak memory helion/mamba: {_fmt(mixer['peak_mem_ratio'], '.3f')}  "
+        f"(target <= {t['mixer_peak_mem_ratio']['target']}: {t['mixer_peak_mem_ratio']['verdict']})"
+    )
     diffs = mixer["max_abs_diff_helion_vs_mamba"]
     if diffs:
         print("  max |helion - mamba|: " + " ".join(f"{k}={v:.3g}" for k, v in diffs.items()))
     q = norm["problem"]
     floor = f"{norm['floor_ms']:.3f} ms" if norm["floor_ms"] is not None else "n/a"
-    print(f"gated RMSNorm bwd  M={q['rows']} N={q['columns']} group={q['group_size']} z "
-          f"norm_before_gate=False {q['dtype']}  floor {floor} "
-          f"({norm['bytes'] / 2**20:.2f} MiB moved)")
+    print(
+        f"gated RMSNorm bwd  M={q['rows']} N={q['columns']} group={q['group_size']} z "
+        f"norm_before_gate=False {q['dtype']}  floor {floor} "
+        f"({norm['bytes'] / 2**20:.2f} MiB moved)"
+    )
     print(f"  {'backend':8} {'bwd ms':>9} {'of floor':>9}")
     for name, r in norm["backends"].items():
         if "error" in r:
             print(f"  {name:8} error: {r['error'][:100]}")
             continue
         print(f"  {name:8} {_fmt(r['bwd_ms'])} {_fmt(r.get('fraction_of_floor'), '9.2f')}")
-    print(f"  speedup helion/mamba: {_times(norm['speedup_bwd'])}  (target >= "
-          f"{t['norm_bwd_speedup']['target']}x: {t['norm_bwd_speedup']['verdict']})")
+    print(
+        f"  speedup helion/mamba: {_times(norm['speedup_bwd'])}  (target >= "
+        f"{t['norm_bwd_speedup']['target']}x: {t['norm_bwd_speedup']['verdict']})"
+    )
     if norm["max_abs_diff_helion_vs_mamba"]:
-        print("  max |helion - mamba|: " + " ".join(f"{k}={v:.3g}"
-                                                   for k, v in norm["max_abs_diff_helion_vs_mamba"].items()))
+        print(
+            "  max |helion - mamba|: "
+            + " ".join(f"{k}={v:.3g}" for k, v in norm["max_abs_diff_helion_vs_mamba"].items())
+        )
 
 
 def main() -> int:
@@ -360,10 +422,16 @@ def main() -> int:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="nemotron")
     parser.add_argument("--json", dest="json_path", default=None)
-    parser.add_argument("--ssd-config", default=None,
-                        help="JSON file with the Helion SSD config (default: the promoted one, else the defaults)")
-    parser.add_argument("--norm-config", default=None,
-                        help="JSON file with the Helion gated-norm config (default: the promoted one, else fallbacks)")
+    parser.add_argument(
+        "--ssd-config",
+        default=None,
+        help="JSON file with the Helion SSD config (default: the promoted one, else the defaults)",
+    )
+    parser.add_argument(
+        "--norm-config",
+        default=None,
+        help="JSON file with the Helion gated-norm config (default: the promoted one, else fallbacks)",
+    )
     args = parser.parse_args()
     configs = {"ssd": _load_config(args.ssd_config), "norm": _load_config(args.norm_config)}
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -384,14 +452,21 @@ def main() -> int:
         for name, value, limit, at_least in (
             ("norm_bwd_speedup", norm["speedup_bwd"], "norm_bwd_speedup_min", True),
             ("mixer_fwd_bwd_speedup", mixer["speedup_fwd_bwd"], "mixer_fwd_bwd_speedup_min", True),
-            ("mixer_peak_mem_ratio", mixer["peak_mem_ratio"], "mixer_peak_mem_ratio_max", False))
+            ("mixer_peak_mem_ratio", mixer["peak_mem_ratio"], "mixer_peak_mem_ratio_max", False),
+        )
     }
     print_report(mixer, norm, targets)
-    meta = {"command": " ".join([sys.executable.split("/")[-1], *sys.argv]),
-            "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else None, "device": args.device,
-            "shape": args.shape, "helion_configs": configs,
-            "timing": "do_bench median" if dev.type == "cuda" else "one perf_counter call",
-            **_versions(), "ceilings": ceil, "seeds": {"ssd": 0, "norm_z_weight": 1, "dout": 2, "norm_bwd": 3, "dy": 4}}
+    meta = {
+        "command": " ".join([sys.executable.split("/")[-1], *sys.argv]),
+        "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else None,
+        "device": args.device,
+        "shape": args.shape,
+        "helion_configs": configs,
+        "timing": "do_bench median" if dev.type == "cuda" else "one perf_counter call",
+        **_versions(),
+        "ceilings": ceil,
+        "seeds": {"ssd": 0, "norm_z_weight": 1, "dout": 2, "norm_bwd": 3, "dy": 4},
+    }
     if args.json_path:
         payload = {"meta": meta, "targets": targets, "mixer": mixer, "norm_bwd": norm}
         atomic_write(args.json_path, json.dumps(payload, indent=1, default=str) + "\n")

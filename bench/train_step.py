@@ -40,13 +40,20 @@ def main() -> int:
         def run():
             out = fn(x, w, None, z=z, group_size=group, norm_before_gate=False)
             return torch.autograd.grad(out, (x, w, z), dy)
+
         return run
 
     ours, theirs = step(helion_norm.rmsnorm_fn), step(mamba_triton.rmsnorm_fn)
     diffs = [float((a.float() - b.float()).abs().max()) for a, b in zip(ours(), theirs(), strict=True)]
-    print(json.dumps({"helion_fwd_bwd_ms": do_bench(ours, return_mode="median"),
-                      "mamba_fwd_bwd_ms": do_bench(theirs, return_mode="median"),
-                      "max_abs_diff_vs_mamba": dict(zip(("dx", "dw", "dz"), diffs, strict=True))}))
+    print(
+        json.dumps(
+            {
+                "helion_fwd_bwd_ms": do_bench(ours, return_mode="median"),
+                "mamba_fwd_bwd_ms": do_bench(theirs, return_mode="median"),
+                "max_abs_diff_vs_mamba": dict(zip(("dx", "dw", "dz"), diffs, strict=True)),
+            }
+        )
+    )
     return 0
 
 

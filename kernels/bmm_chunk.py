@@ -32,8 +32,9 @@ def bmm_chunk_kernel(
     chunk_size = hl.specialize(chunk_size)
     nchunks = (seqlen + chunk_size - 1) // chunk_size
     out = torch.empty([batch, nchunks, ngroups, chunk_size, chunk_size], dtype=out_dtype, device=a.device)
-    for tile_b, tile_c, tile_g, tile_i, tile_j in hl.tile([batch, nchunks, ngroups, chunk_size, chunk_size],
-                                                          block_size=[1, 1, 1, None, None]):
+    for tile_b, tile_c, tile_g, tile_i, tile_j in hl.tile(
+        [batch, nchunks, ngroups, chunk_size, chunk_size], block_size=[1, 1, 1, None, None]
+    ):
         pos_i = tile_c.begin * chunk_size + tile_i.index
         pos_j = tile_c.begin * chunk_size + tile_j.index
         valid_i = pos_i < seqlen
@@ -58,14 +59,21 @@ CONFIGS: list[dict[str, Any]] = [
 """Explicit configs for the CPU parity tests: block_sizes = [rows, columns, k]."""
 
 
-def bmm_chunk_args(a: torch.Tensor, b: torch.Tensor, chunk_size: int, seq_idx: torch.Tensor | None = None,
-                   causal: bool = False, output_dtype: torch.dtype | None = None) -> tuple[Any, ...]:
+def bmm_chunk_args(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    chunk_size: int,
+    seq_idx: torch.Tensor | None = None,
+    causal: bool = False,
+    output_dtype: torch.dtype | None = None,
+) -> tuple[Any, ...]:
     """Validate the wrapper's arguments and return the arguments of :data:`bmm_chunk_kernel` (what a tuner
     passes to ``bmm_chunk_kernel.autotune``); ungrouped a, b get a group axis of size 1. ``causal`` changes
     nothing (see :func:`bmm_chunk_fwd`)."""
     if a.dim() not in (3, 4) or min(a.shape) < 1:
-        raise ValueError(f"a must be a non-empty (batch, seqlen, k) or (batch, seqlen, ngroups, k), "
-                         f"got shape {tuple(a.shape)}")
+        raise ValueError(
+            f"a must be a non-empty (batch, seqlen, k) or (batch, seqlen, ngroups, k), got shape {tuple(a.shape)}"
+        )
     if b.shape != a.shape:
         raise ValueError(f"b must have the shape of a {tuple(a.shape)}, got {tuple(b.shape)}")
     if chunk_size < 1:
@@ -78,9 +86,16 @@ def bmm_chunk_args(a: torch.Tensor, b: torch.Tensor, chunk_size: int, seq_idx: t
     return (a4, b4, seq_idx, int(chunk_size), dot_dtype, out_dtype)
 
 
-def bmm_chunk_fwd(a: torch.Tensor, b: torch.Tensor, chunk_size: int, seq_idx: torch.Tensor | None = None,
-                  causal: bool = False, output_dtype: torch.dtype | None = None, *,
-                  config: ConfigLike = None) -> torch.Tensor:
+def bmm_chunk_fwd(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    chunk_size: int,
+    seq_idx: torch.Tensor | None = None,
+    causal: bool = False,
+    output_dtype: torch.dtype | None = None,
+    *,
+    config: ConfigLike = None,
+) -> torch.Tensor:
     """a, b (batch, seqlen, k) or (batch, seqlen, ngroups, k) -> out (batch, nchunks, chunk_size, chunk_size)
     or (batch, nchunks, ngroups, chunk_size, chunk_size), in output_dtype (default a.dtype).
 

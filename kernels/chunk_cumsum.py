@@ -101,8 +101,12 @@ def chunk_cumsum_kernel(
         step = torch.where(valid[:, None], step, 0.0).permute(1, 0)  # [heads, chunk]
         decay = step * A[tile_h].to(torch.float32)[:, None]
         hl.store(dt_out, [tile_b.begin, tile_h, tile_c.begin, offs], step, extra_mask=in_chunk[None, :])
-        hl.store(dA_cumsum, [tile_b.begin, tile_h, tile_c.begin, offs], torch.cumsum(decay, dim=1),
-                 extra_mask=in_chunk[None, :])
+        hl.store(
+            dA_cumsum,
+            [tile_b.begin, tile_h, tile_c.begin, offs],
+            torch.cumsum(decay, dim=1),
+            extra_mask=in_chunk[None, :],
+        )
     return dA_cumsum, dt_out
 
 
@@ -114,9 +118,14 @@ CONFIGS: list[dict[str, Any]] = [
 block (block_sizes[0]); the chunk is always one block, so no config can split the cumsum."""
 
 
-def chunk_cumsum_args(dt: torch.Tensor, A: torch.Tensor, chunk_size: int, dt_bias: torch.Tensor | None = None,
-                      dt_softplus: bool = False,
-                      dt_limit: tuple[float, float] = (0.0, float("inf"))) -> tuple[Any, ...]:
+def chunk_cumsum_args(
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    chunk_size: int,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    dt_limit: tuple[float, float] = (0.0, float("inf")),
+) -> tuple[Any, ...]:
     """Validate the wrapper's arguments and return the arguments of :data:`chunk_cumsum_kernel` (what a tuner
     passes to ``chunk_cumsum_kernel.autotune``)."""
     if dt.dim() != 3 or math.prod(dt.shape) == 0:
@@ -128,13 +137,28 @@ def chunk_cumsum_args(dt: torch.Tensor, A: torch.Tensor, chunk_size: int, dt_bia
         raise ValueError(f"dt_bias must have shape ({nheads},), got {tuple(dt_bias.shape)}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
-    return (dt, A, dt_bias, float(dt_limit[0]), float(dt_limit[1]), int(chunk_size),
-            triton.next_power_of_2(chunk_size), bool(dt_softplus))
+    return (
+        dt,
+        A,
+        dt_bias,
+        float(dt_limit[0]),
+        float(dt_limit[1]),
+        int(chunk_size),
+        triton.next_power_of_2(chunk_size),
+        bool(dt_softplus),
+    )
 
 
-def chunk_cumsum_fwd(dt: torch.Tensor, A: torch.Tensor, chunk_size: int, dt_bias: torch.Tensor | None = None,
-                     dt_softplus: bool = False, dt_limit: tuple[float, float] = (0.0, float("inf")), *,
-                     config: ConfigLike = None) -> tuple[torch.Tensor, torch.Tensor]:
+def chunk_cumsum_fwd(
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    chunk_size: int,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    dt_limit: tuple[float, float] = (0.0, float("inf")),
+    *,
+    config: ConfigLike = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """dt (batch, seqlen, nheads), A (nheads,) -> (dA_cumsum, dt_out), fp32 (batch, nheads, nchunks, chunk_size).
 
     dt_out = clamp(softplus?(dt + dt_bias), *dt_limit) (softplus only where the argument is <= 20), zero

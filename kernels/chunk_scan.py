@@ -14,8 +14,9 @@ from kernels import STATIC_SHAPES
 from kernels.chunk_cumsum import ConfigLike, launch
 
 
-@helion.kernel(static_shapes=STATIC_SHAPES, dot_precision="ieee",
-               ignore_warnings=[helion.exc.TensorOperationInWrapper])  # out_x is allocated only with z
+@helion.kernel(
+    static_shapes=STATIC_SHAPES, dot_precision="ieee", ignore_warnings=[helion.exc.TensorOperationInWrapper]
+)  # out_x is allocated only with z
 def chunk_scan_kernel(
     cb: torch.Tensor,
     x: torch.Tensor,
@@ -48,8 +49,9 @@ def chunk_scan_kernel(
         out_x = torch.empty([batch, seqlen, nheads, headdim], dtype=x.dtype, device=x.device)
     else:
         out_x = None
-    for tile_b, tile_c, tile_h, tile_m, tile_p in hl.tile([batch, nchunks, nheads, chunk_size, headdim],
-                                                          block_size=[1, 1, 1, None, None]):
+    for tile_b, tile_c, tile_h, tile_m, tile_p in hl.tile(
+        [batch, nchunks, nheads, chunk_size, headdim], block_size=[1, 1, 1, None, None]
+    ):
         group = tile_h.begin // heads_per_group
         start = tile_c.begin * chunk_size
         pos_m = start + tile_m.index
@@ -87,8 +89,9 @@ def chunk_scan_kernel(
                 skip = D[tile_h.begin].to(torch.float32)
             acc = acc + x_m.to(torch.float32) * skip
         if z is not None:
-            hl.store(out_x, [tile_b.begin, pos_m, tile_h.begin, tile_p], acc.to(out_x.dtype),
-                     extra_mask=valid_m[:, None])
+            hl.store(
+                out_x, [tile_b.begin, pos_m, tile_h.begin, tile_p], acc.to(out_x.dtype), extra_mask=valid_m[:, None]
+            )
             gate = hl.load(z, [tile_b.begin, pos_m, tile_h.begin, tile_p], extra_mask=valid_m[:, None])
             gate = gate.to(torch.float32)
             acc = acc * gate * torch.sigmoid(gate)
@@ -106,9 +109,17 @@ they cover several column blocks per row block, a column block wider than the ro
 clipped at the row block's end), and blocks wider than the chunk, headdim and dstate."""
 
 
-def chunk_scan_args(cb: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor, C: torch.Tensor,
-                    states: torch.Tensor, D: torch.Tensor | None = None, z: torch.Tensor | None = None,
-                    seq_idx: torch.Tensor | None = None) -> tuple[Any, ...]:
+def chunk_scan_args(
+    cb: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    C: torch.Tensor,
+    states: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
+) -> tuple[Any, ...]:
     """Validate the wrapper's arguments and return the arguments of :data:`chunk_scan_kernel` (what a tuner
     passes to ``chunk_scan_kernel.autotune``)."""
     if x.dim() != 4 or min(x.shape) < 1:
@@ -120,17 +131,21 @@ def chunk_scan_args(cb: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cums
     if nheads % ngroups:
         raise ValueError(f"nheads {nheads} is not a multiple of ngroups {ngroups}")
     if dt.dim() != 4 or dt.shape[:2] != (batch, nheads) or dt.shape[2] != -(-seqlen // dt.shape[3]):
-        raise ValueError(f"dt must be (batch={batch}, nheads={nheads}, nchunks, chunk_size) covering seqlen "
-                         f"{seqlen}, got {tuple(dt.shape)}")
+        raise ValueError(
+            f"dt must be (batch={batch}, nheads={nheads}, nchunks, chunk_size) covering seqlen "
+            f"{seqlen}, got {tuple(dt.shape)}"
+        )
     nchunks, chunk_size = dt.shape[2:]
     if dA_cumsum.shape != dt.shape:
         raise ValueError(f"dA_cumsum must have the shape of dt {tuple(dt.shape)}, got {tuple(dA_cumsum.shape)}")
     if cb.shape != (batch, nchunks, ngroups, chunk_size, chunk_size):
-        raise ValueError(f"cb must have shape {(batch, nchunks, ngroups, chunk_size, chunk_size)}, "
-                         f"got {tuple(cb.shape)}")
+        raise ValueError(
+            f"cb must have shape {(batch, nchunks, ngroups, chunk_size, chunk_size)}, got {tuple(cb.shape)}"
+        )
     if states.shape != (batch, nchunks, nheads, headdim, dstate):
-        raise ValueError(f"states must have shape {(batch, nchunks, nheads, headdim, dstate)}, "
-                         f"got {tuple(states.shape)}")
+        raise ValueError(
+            f"states must have shape {(batch, nchunks, nheads, headdim, dstate)}, got {tuple(states.shape)}"
+        )
     if D is not None and D.shape not in ((nheads,), (nheads, headdim)):
         raise ValueError(f"D must have shape ({nheads},) or ({nheads}, {headdim}), got {tuple(D.shape)}")
     if z is not None and z.shape != x.shape:
@@ -140,10 +155,19 @@ def chunk_scan_args(cb: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cums
     return (cb, x, dt, dA_cumsum, C, states, D, z, seq_idx)
 
 
-def chunk_scan_fwd(cb: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor, C: torch.Tensor,
-                   states: torch.Tensor, D: torch.Tensor | None = None, z: torch.Tensor | None = None,
-                   seq_idx: torch.Tensor | None = None, *,
-                   config: ConfigLike = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def chunk_scan_fwd(
+    cb: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    C: torch.Tensor,
+    states: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
+    *,
+    config: ConfigLike = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """cb (fp32, batch, nchunks, ngroups, chunk_size, chunk_size), x (batch, seqlen, nheads, headdim), dt and
     dA_cumsum (fp32, batch, nheads, nchunks, chunk_size), C (batch, seqlen, ngroups, dstate), states (batch,
     nchunks, nheads, headdim, dstate) entering each chunk, D (nheads,) or (nheads, headdim), z like x ->

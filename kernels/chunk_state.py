@@ -35,8 +35,9 @@ def chunk_state_kernel(
     nchunks, chunk_size = dt.shape[2], dt.shape[3]
     heads_per_group = nheads // ngroups
     states = torch.empty([batch, nchunks, nheads, headdim, dstate], dtype=states_dtype, device=x.device)
-    for tile_b, tile_c, tile_h, tile_p, tile_n in hl.tile([batch, nchunks, nheads, headdim, dstate],
-                                                          block_size=[1, 1, 1, None, None]):
+    for tile_b, tile_c, tile_h, tile_p, tile_n in hl.tile(
+        [batch, nchunks, nheads, headdim, dstate], block_size=[1, 1, 1, None, None]
+    ):
         group = tile_h.begin // heads_per_group
         start = tile_c.begin * chunk_size
         dA_last = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, chunk_size - 1]
@@ -122,8 +123,14 @@ every dot dimension below 16 to 16). At the CI shapes (chunk 16/32, headdim 8/16
 and two position blocks per chunk and blocks wider than headdim, dstate and the chunk."""
 
 
-def chunk_state_args(B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor,
-                     seq_idx: torch.Tensor | None = None, states_in_fp32: bool = True) -> tuple[Any, ...]:
+def chunk_state_args(
+    B: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    seq_idx: torch.Tensor | None = None,
+    states_in_fp32: bool = True,
+) -> tuple[Any, ...]:
     """Validate the wrapper's arguments and return the arguments of :data:`chunk_state_kernel` (what a tuner
     passes to ``chunk_state_kernel.autotune``)."""
     if x.dim() != 4 or min(x.shape) < 1:
@@ -134,8 +141,10 @@ def chunk_state_args(B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cums
     if nheads % B.shape[2]:
         raise ValueError(f"nheads {nheads} is not a multiple of ngroups {B.shape[2]}")
     if dt.dim() != 4 or dt.shape[:2] != (batch, nheads) or dt.shape[2] != -(-seqlen // dt.shape[3]):
-        raise ValueError(f"dt must be (batch={batch}, nheads={nheads}, nchunks, chunk_size) covering seqlen "
-                         f"{seqlen}, got {tuple(dt.shape)}")
+        raise ValueError(
+            f"dt must be (batch={batch}, nheads={nheads}, nchunks, chunk_size) covering seqlen "
+            f"{seqlen}, got {tuple(dt.shape)}"
+        )
     if dA_cumsum.shape != dt.shape:
         raise ValueError(f"dA_cumsum must have the shape of dt {tuple(dt.shape)}, got {tuple(dA_cumsum.shape)}")
     if seq_idx is not None and seq_idx.shape != (batch, seqlen):
@@ -143,9 +152,16 @@ def chunk_state_args(B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cums
     return (B, x, dt, dA_cumsum, seq_idx, torch.float32 if states_in_fp32 else B.dtype)
 
 
-def chunk_state_fwd(B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor,
-                    seq_idx: torch.Tensor | None = None, states_in_fp32: bool = True, *,
-                    config: ConfigLike = None) -> torch.Tensor:
+def chunk_state_fwd(
+    B: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    seq_idx: torch.Tensor | None = None,
+    states_in_fp32: bool = True,
+    *,
+    config: ConfigLike = None,
+) -> torch.Tensor:
     """B (batch, seqlen, ngroups, dstate), x (batch, seqlen, nheads, headdim), dt and dA_cumsum (fp32, batch,
     nheads, nchunks, chunk_size) -> states (batch, nchunks, nheads, headdim, dstate), fp32 when
     states_in_fp32 else B.dtype. Head h reads group h // (nheads // ngroups)."""
@@ -159,8 +175,14 @@ VARLEN_CONFIGS: list[dict[str, Any]] = [
 """Explicit configs of :data:`chunk_state_varlen_kernel`: block_sizes = [headdim, dstate, chunk positions]."""
 
 
-def chunk_state_varlen_args(B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor,
-                            cu_seqlens: torch.Tensor, chunk_states: torch.Tensor) -> tuple[Any, ...]:
+def chunk_state_varlen_args(
+    B: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    chunk_states: torch.Tensor,
+) -> tuple[Any, ...]:
     """Validate the wrapper's arguments and return the arguments of :data:`chunk_state_varlen_kernel`."""
     if x.dim() != 3 or min(x.shape) < 1:
         raise ValueError(f"x must be a non-empty (total_seqlen, nheads, headdim), got shape {tuple(x.shape)}")
@@ -168,23 +190,40 @@ def chunk_state_varlen_args(B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, 
     if B.dim() != 3 or B.shape[0] != total or nheads % B.shape[1]:
         raise ValueError(f"B must be (total_seqlen={total}, ngroups dividing {nheads}, dstate), got {tuple(B.shape)}")
     if dt.dim() != 3 or dt.shape[0] != nheads or dt.shape[1] != -(-total // dt.shape[2]):
-        raise ValueError(f"dt must be (nheads={nheads}, nchunks, chunk_size) covering {total} tokens, "
-                         f"got {tuple(dt.shape)}")
+        raise ValueError(
+            f"dt must be (nheads={nheads}, nchunks, chunk_size) covering {total} tokens, got {tuple(dt.shape)}"
+        )
     if dA_cumsum.shape != dt.shape:
         raise ValueError(f"dA_cumsum must have the shape of dt {tuple(dt.shape)}, got {tuple(dA_cumsum.shape)}")
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
         raise ValueError(f"cu_seqlens must be (nseq + 1,) with nseq >= 1, got shape {tuple(cu_seqlens.shape)}")
     if chunk_states.shape != (dt.shape[1], nheads, headdim, B.shape[2]):
-        raise ValueError(f"chunk_states must have shape {(dt.shape[1], nheads, headdim, B.shape[2])}, "
-                         f"got {tuple(chunk_states.shape)}")
+        raise ValueError(
+            f"chunk_states must have shape {(dt.shape[1], nheads, headdim, B.shape[2])}, "
+            f"got {tuple(chunk_states.shape)}"
+        )
     nchunks, chunk_size = dt.shape[1:]
-    return (B, x, dt.reshape(nheads, nchunks * chunk_size), dA_cumsum.reshape(nheads, nchunks * chunk_size),
-            cu_seqlens, chunk_states, chunk_size)
+    return (
+        B,
+        x,
+        dt.reshape(nheads, nchunks * chunk_size),
+        dA_cumsum.reshape(nheads, nchunks * chunk_size),
+        cu_seqlens,
+        chunk_states,
+        chunk_size,
+    )
 
 
-def chunk_state_varlen(B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor,
-                       cu_seqlens: torch.Tensor, chunk_states: torch.Tensor, *,
-                       config: ConfigLike = None) -> torch.Tensor:
+def chunk_state_varlen(
+    B: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    chunk_states: torch.Tensor,
+    *,
+    config: ConfigLike = None,
+) -> torch.Tensor:
     """The state after each packed sequence's last token (mamba-ssm's ``chunk_state_varlen``): B (total,
     ngroups, dstate), x (total, nheads, headdim), dt and dA_cumsum (fp32, nheads, nchunks, chunk_size),
     cu_seqlens (nseq + 1,) nondecreasing in [0, total], chunk_states (nchunks, nheads, headdim, dstate) entering

@@ -230,8 +230,9 @@ def _split_config(config: ConfigLike | Mapping[str, Any]) -> tuple[ConfigLike, C
     raise ValueError(f'layernorm_fn/rmsnorm_fn take config as {{"fwd": ..., "bwd": ...}}, got {config!r}')
 
 
-def _check_common(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None,
-                  group_size: int | None) -> tuple[int, int]:
+def _check_common(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None, group_size: int | None
+) -> tuple[int, int]:
     """Validate the shapes and strides mamba-ssm asserts; return (group_size, block_n)."""
     if x.dim() != 2:
         raise ValueError(f"x must be 2-D (M, N), got shape {tuple(x.shape)}")
@@ -255,9 +256,17 @@ def _check_common(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return group_size, block_n
 
 
-def layer_norm_fwd_args(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float,
-                        z: torch.Tensor | None = None, out: torch.Tensor | None = None, group_size: int | None = None,
-                        norm_before_gate: bool = True, is_rms_norm: bool = False) -> tuple[Any, ...]:
+def layer_norm_fwd_args(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    eps: float,
+    z: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    group_size: int | None = None,
+    norm_before_gate: bool = True,
+    is_rms_norm: bool = False,
+) -> tuple[Any, ...]:
     """Validate the wrapper's arguments, allocate out (unless given), mean and rstd, and return the arguments
     of :data:`layer_norm_fwd_kernel` (what a tuner passes to ``layer_norm_fwd_kernel.autotune``)."""
     group_size, block_n = _check_common(x, weight, bias, z, group_size)
@@ -269,29 +278,62 @@ def layer_norm_fwd_args(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
         raise ValueError(f"out must have shape {tuple(x.shape)} and be contiguous in its last dimension")
     mean = None if is_rms_norm else torch.empty((ngroups, m), dtype=torch.float32, device=x.device)
     rstd = torch.empty((ngroups, m), dtype=torch.float32, device=x.device)
-    return (x, weight, bias, z, out, mean, rstd, float(eps), group_size, block_n, bool(norm_before_gate),
-            bool(is_rms_norm))
+    return (
+        x,
+        weight,
+        bias,
+        z,
+        out,
+        mean,
+        rstd,
+        float(eps),
+        group_size,
+        block_n,
+        bool(norm_before_gate),
+        bool(is_rms_norm),
+    )
 
 
-def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float,
-                   z: torch.Tensor | None = None, out: torch.Tensor | None = None, group_size: int | None = None,
-                   norm_before_gate: bool = True, is_rms_norm: bool = False, *,
-                   config: ConfigLike = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+def layer_norm_fwd(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    eps: float,
+    z: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    group_size: int | None = None,
+    norm_before_gate: bool = True,
+    is_rms_norm: bool = False,
+    *,
+    config: ConfigLike = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """x (M, N) -> (out (M, N) in x.dtype or into ``out``, mean (ngroups*M,) fp32 or None for RMS norm,
     rstd (ngroups*M,) fp32), stats laid out group-major (index g*M + row) as in mamba-ssm. ``config`` None:
     :func:`fwd_fallback_config`."""
     args = layer_norm_fwd_args(x, weight, bias, eps, z, out, group_size, norm_before_gate, is_rms_norm)
-    launch(layer_norm_fwd_kernel, args, fwd_fallback_config(args[9]) if config is None else config,
-           static=x.shape[0] == 1)
+    launch(
+        layer_norm_fwd_kernel, args, fwd_fallback_config(args[9]) if config is None else config, static=x.shape[0] == 1
+    )
     out, mean, rstd = args[4:7]
     return out, None if mean is None else mean.view(-1), rstd.view(-1)
 
 
-def layer_norm_bwd_args(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                        eps: float, mean: torch.Tensor | None, rstd: torch.Tensor, z: torch.Tensor | None = None,
-                        group_size: int | None = None, norm_before_gate: bool = True, is_rms_norm: bool = False,
-                        recompute_output: bool = False, dz: torch.Tensor | None = None,
-                        out: torch.Tensor | None = None) -> tuple[Any, ...]:
+def layer_norm_bwd_args(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    eps: float,
+    mean: torch.Tensor | None,
+    rstd: torch.Tensor,
+    z: torch.Tensor | None = None,
+    group_size: int | None = None,
+    norm_before_gate: bool = True,
+    is_rms_norm: bool = False,
+    recompute_output: bool = False,
+    dz: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> tuple[Any, ...]:
     """Validate the wrapper's arguments, allocate dx, dz (with z, unless given) and out (with
     ``recompute_output``, unless given), and return the arguments of :data:`layer_norm_bwd_kernel` (what a
     tuner passes to ``layer_norm_bwd_kernel.autotune``). ``eps`` is unused (rstd carries it), as in mamba-ssm."""
@@ -313,22 +355,49 @@ def layer_norm_bwd_args(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
             out = torch.empty_like(x)
         elif out.shape != x.shape or out.stride(-1) != 1:
             raise ValueError(f"out must have shape {tuple(x.shape)} and be contiguous in its last dimension")
-    return (dy, x, weight, bias, z, None if is_rms_norm else mean.view(ngroups, m), rstd.view(ngroups, m),
-            torch.empty_like(x), dz, out if recompute_output else None, group_size, block_n,
-            bool(norm_before_gate), bool(is_rms_norm))
+    return (
+        dy,
+        x,
+        weight,
+        bias,
+        z,
+        None if is_rms_norm else mean.view(ngroups, m),
+        rstd.view(ngroups, m),
+        torch.empty_like(x),
+        dz,
+        out if recompute_output else None,
+        group_size,
+        block_n,
+        bool(norm_before_gate),
+        bool(is_rms_norm),
+    )
 
 
-def layer_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float,
-                   mean: torch.Tensor | None, rstd: torch.Tensor, z: torch.Tensor | None = None,
-                   group_size: int | None = None, norm_before_gate: bool = True, is_rms_norm: bool = False,
-                   recompute_output: bool = False, dz: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                   *, config: ConfigLike = None) -> tuple[torch.Tensor | None, ...]:
+def layer_norm_bwd(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    eps: float,
+    mean: torch.Tensor | None,
+    rstd: torch.Tensor,
+    z: torch.Tensor | None = None,
+    group_size: int | None = None,
+    norm_before_gate: bool = True,
+    is_rms_norm: bool = False,
+    recompute_output: bool = False,
+    dz: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    *,
+    config: ConfigLike = None,
+) -> tuple[torch.Tensor | None, ...]:
     """(dx, dw, db, dz), plus the recomputed output when ``recompute_output``: dx in x.dtype, dz in z.dtype
     (into ``dz`` when given), dw/db in weight/bias dtype (db None without bias, dz None without z).
     dw/db are the kernel's per-row-group fp32 partials summed in one fixed-order reduction (deterministic).
     ``config`` None: :func:`bwd_fallback_config`."""
-    args = layer_norm_bwd_args(dy, x, weight, bias, eps, mean, rstd, z, group_size, norm_before_gate, is_rms_norm,
-                               recompute_output, dz, out)
+    args = layer_norm_bwd_args(
+        dy, x, weight, bias, eps, mean, rstd, z, group_size, norm_before_gate, is_rms_norm, recompute_output, dz, out
+    )
     if config is None:
         m, n = x.shape
         config = bwd_fallback_config(m, n // args[10], args[11], x.device)
@@ -343,9 +412,18 @@ class LayerNormFn(torch.autograd.Function):
     """Autograd for the gated norm: the Helion forward, and the Helion backward from saved mean/rstd."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                z: torch.Tensor | None, eps: float, group_size: int | None, norm_before_gate: bool,
-                is_rms_norm: bool, config: ConfigLike | Mapping[str, Any]) -> torch.Tensor:
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        z: torch.Tensor | None,
+        eps: float,
+        group_size: int | None,
+        norm_before_gate: bool,
+        is_rms_norm: bool,
+        config: ConfigLike | Mapping[str, Any],
+    ) -> torch.Tensor:
         fwd_config, bwd_config = _split_config(config)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
@@ -360,9 +438,17 @@ class LayerNormFn(torch.autograd.Function):
                 z2 = z2.contiguous()
         weight = weight.contiguous()
         bias = None if bias is None else bias.contiguous()
-        y, mean, rstd = layer_norm_fwd(x2, weight, bias, eps, z=z2, group_size=group_size,
-                                       norm_before_gate=norm_before_gate, is_rms_norm=is_rms_norm,
-                                       config=fwd_config)
+        y, mean, rstd = layer_norm_fwd(
+            x2,
+            weight,
+            bias,
+            eps,
+            z=z2,
+            group_size=group_size,
+            norm_before_gate=norm_before_gate,
+            is_rms_norm=is_rms_norm,
+            config=fwd_config,
+        )
         ctx.save_for_backward(x2, weight, bias, mean, rstd, z2)
         ctx.shape = shape
         ctx.settings = (eps, group_size, norm_before_gate, is_rms_norm, bwd_config)
@@ -375,10 +461,20 @@ class LayerNormFn(torch.autograd.Function):
         dy = dy.reshape(-1, dy.shape[-1])
         if dy.stride(-1) != 1:
             dy = dy.contiguous()
-        dx, dw, db, dz = layer_norm_bwd(dy, x, weight, bias, eps, mean, rstd, z, group_size, norm_before_gate,
-                                        is_rms_norm, config=bwd_config)
-        return (dx.reshape(ctx.shape), dw, db, None if dz is None else dz.reshape(ctx.shape),
-                None, None, None, None, None)
+        dx, dw, db, dz = layer_norm_bwd(
+            dy, x, weight, bias, eps, mean, rstd, z, group_size, norm_before_gate, is_rms_norm, config=bwd_config
+        )
+        return (
+            dx.reshape(ctx.shape),
+            dw,
+            db,
+            None if dz is None else dz.reshape(ctx.shape),
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 def store_bucket(group_size: int) -> str:
@@ -393,8 +489,13 @@ def _promoted(x: torch.Tensor, group_size: int | None) -> Mapping[str, Any] | No
         return None
     from parity.store import promoted_config
 
-    return promoted_config("layernorm_gated", f"{__name__}:layernorm_fn", str(x.dtype).removeprefix("torch."),
-                           store_bucket(group_size or x.shape[-1]), "cuda")
+    return promoted_config(
+        "layernorm_gated",
+        f"{__name__}:layernorm_fn",
+        str(x.dtype).removeprefix("torch."),
+        store_bucket(group_size or x.shape[-1]),
+        "cuda",
+    )
 
 
 def tuning_configs(inputs: Mapping[str, Any], count: int) -> list[dict[str, Any]]:
@@ -407,14 +508,29 @@ def tuning_configs(inputs: Mapping[str, Any], count: int) -> list[dict[str, Any]
     block_n = triton.next_power_of_2(inputs.get("group_size") or inputs["x"].shape[-1])
     fwd_warps = dict.fromkeys((_mamba_num_warps(block_n), 4, 1))
     rows = [16, 32, 8, 64, 128, 256, 4, 1024]
-    grid = [{"fwd": {"block_sizes": [fwd_rows], "num_warps": fw}, "bwd": {"block_sizes": [r, step], "num_warps": w}}
-            for fw in fwd_warps for w in (2, 4, 1) for step in (1, 2) for fwd_rows in (1, 2, 4) for r in rows]
+    grid = [
+        {"fwd": {"block_sizes": [fwd_rows], "num_warps": fw}, "bwd": {"block_sizes": [r, step], "num_warps": w}}
+        for fw in fwd_warps
+        for w in (2, 4, 1)
+        for step in (1, 2)
+        for fwd_rows in (1, 2, 4)
+        for r in rows
+    ]
     return grid[:count]
 
 
-def layernorm_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None = None,
-                 eps: float = 1e-6, group_size: int | None = None, norm_before_gate: bool = True,
-                 is_rms_norm: bool = False, *, config: Mapping[str, Any] | None = None) -> torch.Tensor:
+def layernorm_fn(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    z: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    group_size: int | None = None,
+    norm_before_gate: bool = True,
+    is_rms_norm: bool = False,
+    *,
+    config: Mapping[str, Any] | None = None,
+) -> torch.Tensor:
     """Gated LayerNorm (or RMSNorm) over the last dimension, in groups of ``group_size``: norm(x) * silu(z)
     if norm_before_gate, else norm(x * silu(z)); output in x.dtype and x's shape. ``config`` is
     {"fwd": ..., "bwd": ...} (either may be missing: that kernel's mamba-ssm-like fallback config); None means
@@ -424,8 +540,16 @@ def layernorm_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return LayerNormFn.apply(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm, config)
 
 
-def rmsnorm_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None = None,
-               eps: float = 1e-6, group_size: int | None = None, norm_before_gate: bool = True, *,
-               config: Mapping[str, Any] | None = None) -> torch.Tensor:
+def rmsnorm_fn(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    z: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    group_size: int | None = None,
+    norm_before_gate: bool = True,
+    *,
+    config: Mapping[str, Any] | None = None,
+) -> torch.Tensor:
     """Gated RMSNorm: :func:`layernorm_fn` with ``is_rms_norm=True``."""
     return layernorm_fn(x, weight, bias, z, eps, group_size, norm_before_gate, True, config=config)

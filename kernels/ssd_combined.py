@@ -14,19 +14,36 @@ import torch
 from kernels import bmm_chunk, chunk_cumsum, chunk_scan, chunk_state, ssd_combined_bwd, state_passing
 from kernels.chunk_cumsum import ConfigLike
 
-OPS = ("chunk_cumsum", "chunk_state", "state_passing", "bmm_chunk", "chunk_scan", "chunk_state_varlen",
-       *ssd_combined_bwd.KERNELS)
+OPS = (
+    "chunk_cumsum",
+    "chunk_state",
+    "state_passing",
+    "bmm_chunk",
+    "chunk_scan",
+    "chunk_state_varlen",
+    *ssd_combined_bwd.KERNELS,
+)
 """The keys of the combined op's config: one Helion config per op (a missing key means that op's default)."""
 
 CONFIGS: list[dict[str, Any]] = [
-    {"chunk_cumsum": chunk_cumsum.CONFIGS[0], "chunk_state": chunk_state.CONFIGS[0],
-     "state_passing": state_passing.CONFIGS[0], "bmm_chunk": bmm_chunk.CONFIGS[0],
-     "chunk_scan": chunk_scan.CONFIGS[0], "chunk_state_varlen": chunk_state.VARLEN_CONFIGS[0],
-     **ssd_combined_bwd.CONFIGS[0]},
-    {"chunk_cumsum": chunk_cumsum.CONFIGS[1], "chunk_state": chunk_state.CONFIGS[1],
-     "state_passing": state_passing.CONFIGS[1], "bmm_chunk": bmm_chunk.CONFIGS[1],
-     "chunk_scan": chunk_scan.CONFIGS[1], "chunk_state_varlen": chunk_state.VARLEN_CONFIGS[1],
-     **ssd_combined_bwd.CONFIGS[1]},
+    {
+        "chunk_cumsum": chunk_cumsum.CONFIGS[0],
+        "chunk_state": chunk_state.CONFIGS[0],
+        "state_passing": state_passing.CONFIGS[0],
+        "bmm_chunk": bmm_chunk.CONFIGS[0],
+        "chunk_scan": chunk_scan.CONFIGS[0],
+        "chunk_state_varlen": chunk_state.VARLEN_CONFIGS[0],
+        **ssd_combined_bwd.CONFIGS[0],
+    },
+    {
+        "chunk_cumsum": chunk_cumsum.CONFIGS[1],
+        "chunk_state": chunk_state.CONFIGS[1],
+        "state_passing": state_passing.CONFIGS[1],
+        "bmm_chunk": bmm_chunk.CONFIGS[1],
+        "chunk_scan": chunk_scan.CONFIGS[1],
+        "chunk_state_varlen": chunk_state.VARLEN_CONFIGS[1],
+        **ssd_combined_bwd.CONFIGS[1],
+    },
 ]
 """Explicit configs for the CPU parity tests: each kernel's CONFIGS[0], then each kernel's CONFIGS[1]."""
 
@@ -45,8 +62,9 @@ def _promoted(x: torch.Tensor, B: torch.Tensor, chunk_size: int) -> Mapping[str,
     from parity.store import promoted_config
 
     bucket = store_bucket(x.shape[3], B.shape[3], chunk_size, x.shape[2] // B.shape[2])
-    return promoted_config("ssd_combined", f"{__name__}:mamba_chunk_scan_combined",
-                           str(x.dtype).removeprefix("torch."), bucket, "cuda")
+    return promoted_config(
+        "ssd_combined", f"{__name__}:mamba_chunk_scan_combined", str(x.dtype).removeprefix("torch."), bucket, "cuda"
+    )
 
 
 def tuning_configs(inputs: Mapping[str, Any], count: int) -> list[dict[str, Any]]:
@@ -57,16 +75,24 @@ def tuning_configs(inputs: Mapping[str, Any], count: int) -> list[dict[str, Any]
     grid = [(64, 4, 2), (64, 4, 3), (128, 8, 2), (32, 4, 2), (64, 8, 3), (128, 4, 2), (32, 2, 3), (128, 8, 3)]
     configs = []
     for blk, warps, stages in grid[:count]:
+
         def cfg(*sizes: int, warps: int = warps, stages: int = stages) -> dict[str, Any]:
             return {"block_sizes": list(sizes), "num_warps": warps, "num_stages": stages}
 
-        configs.append({
-            "chunk_state": cfg(headdim, blk, blk), "bmm_chunk": cfg(blk, blk, 64),
-            "chunk_scan": cfg(blk, headdim, blk, blk), "state_passing": {"block_sizes": [64], "num_warps": 1},
-            "bwd_dstates": cfg(headdim, blk, blk), "bwd_state_passing": {"block_sizes": [64], "num_warps": 1},
-            "bwd_dx": cfg(blk, headdim, blk, blk), "bwd_dcb": cfg(blk, blk, headdim),
-            "bwd_dc": cfg(blk, blk, headdim, blk), "bwd_db": cfg(blk, blk, headdim, blk),
-        })
+        configs.append(
+            {
+                "chunk_state": cfg(headdim, blk, blk),
+                "bmm_chunk": cfg(blk, blk, 64),
+                "chunk_scan": cfg(blk, headdim, blk, blk),
+                "state_passing": {"block_sizes": [64], "num_warps": 1},
+                "bwd_dstates": cfg(headdim, blk, blk),
+                "bwd_state_passing": {"block_sizes": [64], "num_warps": 1},
+                "bwd_dx": cfg(blk, headdim, blk, blk),
+                "bwd_dcb": cfg(blk, blk, headdim),
+                "bwd_dc": cfg(blk, blk, headdim, blk),
+                "bwd_db": cfg(blk, blk, headdim, blk),
+            }
+        )
     return configs
 
 
@@ -84,25 +110,44 @@ def _last_dim_contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
     return t if t is None or t.stride(-1) == 1 else t.contiguous()
 
 
-def _chain(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, chunk_size: int,
-           dt_bias: torch.Tensor | None, initial_states: torch.Tensor | None, seq_idx: torch.Tensor | None,
-           dt_softplus: bool, dt_limit: tuple[float, float], configs: Mapping[str, ConfigLike],
-           entering_dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def _chain(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    dt_bias: torch.Tensor | None,
+    initial_states: torch.Tensor | None,
+    seq_idx: torch.Tensor | None,
+    dt_softplus: bool,
+    dt_limit: tuple[float, float],
+    configs: Mapping[str, ConfigLike],
+    entering_dtype: torch.dtype,
+) -> dict[str, torch.Tensor]:
     """The forward up to the scan: dA_cumsum, dt_out, chunk states (fp32), the states entering each chunk (in
     entering_dtype) and final states (fp32), both flat (b, c, h, p*n) / (b, h, p*n), and cb (fp32)."""
     batch, _, nheads, headdim = x.shape
     dstate = B.shape[-1]
-    dA_cumsum, dt_out = chunk_cumsum.chunk_cumsum_fwd(dt, A, chunk_size, dt_bias=dt_bias, dt_softplus=dt_softplus,
-                                                      dt_limit=dt_limit, config=configs["chunk_cumsum"])
-    own = chunk_state.chunk_state_fwd(B, x, dt_out, dA_cumsum, seq_idx=seq_idx, states_in_fp32=True,
-                                      config=configs["chunk_state"])
+    dA_cumsum, dt_out = chunk_cumsum.chunk_cumsum_fwd(
+        dt, A, chunk_size, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=dt_limit, config=configs["chunk_cumsum"]
+    )
+    own = chunk_state.chunk_state_fwd(
+        B, x, dt_out, dA_cumsum, seq_idx=seq_idx, states_in_fp32=True, config=configs["chunk_state"]
+    )
     nchunks = own.shape[1]
     states, final_states = state_passing.state_passing_fwd(
-        own.reshape(batch, nchunks, nheads, headdim * dstate), dA_cumsum[:, :, :, -1],
+        own.reshape(batch, nchunks, nheads, headdim * dstate),
+        dA_cumsum[:, :, :, -1],
         initial_states=None if initial_states is None else initial_states.reshape(batch, nheads, headdim * dstate),
-        seq_idx=seq_idx, chunk_size=chunk_size, out_dtype=entering_dtype, config=configs["state_passing"])
-    cb = bmm_chunk.bmm_chunk_fwd(C, B, chunk_size, seq_idx=seq_idx, output_dtype=torch.float32,
-                                 config=configs["bmm_chunk"])
+        seq_idx=seq_idx,
+        chunk_size=chunk_size,
+        out_dtype=entering_dtype,
+        config=configs["state_passing"],
+    )
+    cb = bmm_chunk.bmm_chunk_fwd(
+        C, B, chunk_size, seq_idx=seq_idx, output_dtype=torch.float32, config=configs["bmm_chunk"]
+    )
     return {"dA_cumsum": dA_cumsum, "dt_out": dt_out, "states": states, "final_states": final_states, "cb": cb}
 
 
@@ -111,44 +156,98 @@ class MambaChunkScanCombinedFn(torch.autograd.Function):
     in the backward, as mamba-ssm does: activation memory stays that of the inputs and the pre-gate output)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-                chunk_size: int, D: torch.Tensor | None, z: torch.Tensor | None, dt_bias: torch.Tensor | None,
-                initial_states: torch.Tensor | None, seq_idx: torch.Tensor | None, cu_seqlens: torch.Tensor | None,
-                dt_softplus: bool, dt_limit: tuple[float, float], return_varlen_states: bool,
-                configs: dict[str, ConfigLike]) -> tuple[torch.Tensor, ...]:
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        C: torch.Tensor,
+        chunk_size: int,
+        D: torch.Tensor | None,
+        z: torch.Tensor | None,
+        dt_bias: torch.Tensor | None,
+        initial_states: torch.Tensor | None,
+        seq_idx: torch.Tensor | None,
+        cu_seqlens: torch.Tensor | None,
+        dt_softplus: bool,
+        dt_limit: tuple[float, float],
+        return_varlen_states: bool,
+        configs: dict[str, ConfigLike],
+    ) -> tuple[torch.Tensor, ...]:
         batch, _, nheads, headdim = x.shape
         dstate = B.shape[-1]
-        f = _chain(x, dt, A, B, C, chunk_size, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit, configs,
-                   C.dtype)
+        f = _chain(
+            x, dt, A, B, C, chunk_size, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit, configs, C.dtype
+        )
         states = f["states"].reshape(batch, -1, nheads, headdim, dstate)
-        out, out_x = chunk_scan.chunk_scan_fwd(f["cb"], x, f["dt_out"], f["dA_cumsum"], C, states, D=D, z=z,
-                                               seq_idx=seq_idx, config=configs["chunk_scan"])
+        out, out_x = chunk_scan.chunk_scan_fwd(
+            f["cb"], x, f["dt_out"], f["dA_cumsum"], C, states, D=D, z=z, seq_idx=seq_idx, config=configs["chunk_scan"]
+        )
         ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, out_x)
         ctx.settings = (chunk_size, dt_softplus, tuple(dt_limit), configs)
         ctx.set_materialize_grads(False)
         results = (out, f["final_states"].reshape(batch, nheads, headdim, dstate))
         if return_varlen_states:
-            varlen = chunk_state.chunk_state_varlen(B[0], x[0], f["dt_out"][0], f["dA_cumsum"][0], cu_seqlens,
-                                                    states[0], config=configs["chunk_state_varlen"])
+            varlen = chunk_state.chunk_state_varlen(
+                B[0],
+                x[0],
+                f["dt_out"][0],
+                f["dA_cumsum"][0],
+                cu_seqlens,
+                states[0],
+                config=configs["chunk_state_varlen"],
+            )
             ctx.mark_non_differentiable(varlen)
             results += (varlen,)
         return results
 
     @staticmethod
-    def backward(ctx: Any, dout: torch.Tensor | None, dfinal_states: torch.Tensor | None,
-                 *_: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    def backward(
+        ctx: Any, dout: torch.Tensor | None, dfinal_states: torch.Tensor | None, *_: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, ...]:
         x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, out_x = ctx.saved_tensors
         chunk_size, dt_softplus, dt_limit, configs = ctx.settings
-        saved = {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "z": z, "dt_bias": dt_bias,
-                 "initial_states": initial_states, "seq_idx": seq_idx, "dt_softplus": dt_softplus,
-                 "dt_limit": dt_limit, "out_x": out_x}
-        fwd = _chain(x, dt, A, B, C, chunk_size, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit, configs,
-                     torch.float32)
+        saved = {
+            "x": x,
+            "dt": dt,
+            "A": A,
+            "B": B,
+            "C": C,
+            "D": D,
+            "z": z,
+            "dt_bias": dt_bias,
+            "initial_states": initial_states,
+            "seq_idx": seq_idx,
+            "dt_softplus": dt_softplus,
+            "dt_limit": dt_limit,
+            "out_x": out_x,
+        }
+        fwd = _chain(
+            x, dt, A, B, C, chunk_size, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit, configs, torch.float32
+        )
         dout = torch.zeros_like(x) if dout is None else _last_dim_contiguous(dout)
-        g = ssd_combined_bwd.ssd_combined_bwd(dout, None if dfinal_states is None else dfinal_states.float(), saved,
-                                              fwd, configs)
-        return (g["x"], g["dt"], g["A"], g["B"], g["C"], None, g.get("D"), g.get("z"), g.get("dt_bias"),
-                g.get("initial_states"), None, None, None, None, None, None)
+        g = ssd_combined_bwd.ssd_combined_bwd(
+            dout, None if dfinal_states is None else dfinal_states.float(), saved, fwd, configs
+        )
+        return (
+            g["x"],
+            g["dt"],
+            g["A"],
+            g["B"],
+            g["C"],
+            None,
+            g.get("D"),
+            g.get("z"),
+            g.get("dt_bias"),
+            g.get("initial_states"),
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 def mamba_chunk_scan_combined(
@@ -189,8 +288,9 @@ def mamba_chunk_scan_combined(
         raise ValueError(f"dt must have shape {(batch, seqlen, nheads)}, got {tuple(dt.shape)}")
     dstate = B.shape[-1]
     if initial_states is not None and initial_states.shape != (batch, nheads, headdim, dstate):
-        raise ValueError(f"initial_states must have shape {(batch, nheads, headdim, dstate)}, "
-                         f"got {tuple(initial_states.shape)}")
+        raise ValueError(
+            f"initial_states must have shape {(batch, nheads, headdim, dstate)}, got {tuple(initial_states.shape)}"
+        )
     if return_varlen_states:
         if cu_seqlens is None:
             raise ValueError("cu_seqlens must be provided if return_varlen_states is True")
@@ -199,8 +299,23 @@ def mamba_chunk_scan_combined(
     x, z, B, C, D = (_last_dim_contiguous(t) for t in (x, z, B, C, D))
     configs = _op_configs(_promoted(x, B, chunk_size) if config is None else config)
     out, final_states, *varlen = MambaChunkScanCombinedFn.apply(
-        x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus,
-        tuple(dt_limit), return_varlen_states, configs)
+        x,
+        dt,
+        A,
+        B,
+        C,
+        chunk_size,
+        D,
+        z,
+        dt_bias,
+        initial_states,
+        seq_idx,
+        cu_seqlens,
+        dt_softplus,
+        tuple(dt_limit),
+        return_varlen_states,
+        configs,
+    )
     results: tuple[torch.Tensor, ...] = (out,)
     if return_final_states:
         results += (final_states,)

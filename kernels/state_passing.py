@@ -15,8 +15,9 @@ from kernels import STATIC_SHAPES
 from kernels.chunk_cumsum import ConfigLike, launch
 
 
-def _affine_combine(left: tuple[torch.Tensor, torch.Tensor],
-                    right: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def _affine_combine(
+    left: tuple[torch.Tensor, torch.Tensor], right: tuple[torch.Tensor, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Compose two affine maps s -> a*s + b, left first: (a1, b1) o (a2, b2) = (a1*a2, a2*b1 + b2)."""
     a1, b1 = left
     a2, b2 = right
@@ -45,20 +46,22 @@ def state_passing_kernel(
     for tile_b, tile_h, tile_d in hl.tile([batch, nheads, dim], block_size=[1, 1, None]):
         chunk = hl.arange(chunk_block)
         real = chunk < nchunks
-        update = hl.load(states, [tile_b.begin, chunk, tile_h.begin, tile_d],
-                         extra_mask=real[:, None]).to(torch.float32)
-        decay = torch.exp(hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk],
-                                  extra_mask=real).to(torch.float32))
+        update = hl.load(states, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None]).to(
+            torch.float32
+        )
+        decay = torch.exp(
+            hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk], extra_mask=real).to(torch.float32)
+        )
         if seq_idx is not None:
             # A chunk continues the sequence of the previous chunk (of sequence 0 before the first) only if
             # the sequence at its last position is the one at the previous chunk's last position.
             seqlen = seq_idx.size(1)
-            seq_here = hl.load(seq_idx, [tile_b.begin, torch.clamp((chunk + 1) * chunk_size, max=seqlen) - 1],
-                               extra_mask=real)
+            seq_here = hl.load(
+                seq_idx, [tile_b.begin, torch.clamp((chunk + 1) * chunk_size, max=seqlen) - 1], extra_mask=real
+            )
             seq_before = hl.load(seq_idx, [tile_b.begin, chunk * chunk_size - 1], extra_mask=real & (chunk > 0))
             decay = torch.where(seq_here == seq_before, decay, 0.0)
-        scale, state = hl.associative_scan(_affine_combine, (decay[:, None] + torch.zeros_like(update), update),
-                                           dim=0)
+        scale, state = hl.associative_scan(_affine_combine, (decay[:, None] + torch.zeros_like(update), update), dim=0)
         if initial_states is not None:
             start = initial_states[tile_b.begin, tile_h.begin, tile_d].to(torch.float32)
             state = state + scale * start[None, :]
@@ -67,10 +70,15 @@ def state_passing_kernel(
         # state[c] is the state after chunk c: out[c + 1] for c < nchunks - 1, final_states for the last.
         out[tile_b.begin, 0, tile_h.begin, tile_d] = start.to(out_dtype)
         if nchunks > 1:  # with nchunks == 1, Helion drops the (size-1) chunk index and the store mis-shapes
-            hl.store(out, [tile_b.begin, chunk + 1, tile_h.begin, tile_d], state.to(out_dtype),
-                     extra_mask=(chunk + 1 < nchunks)[:, None])
+            hl.store(
+                out,
+                [tile_b.begin, chunk + 1, tile_h.begin, tile_d],
+                state.to(out_dtype),
+                extra_mask=(chunk + 1 < nchunks)[:, None],
+            )
         final_states[tile_b.begin, tile_h.begin, tile_d] = torch.sum(
-            torch.where((chunk == nchunks - 1)[:, None], state, 0.0), dim=0)
+            torch.where((chunk == nchunks - 1)[:, None], state, 0.0), dim=0
+        )
     return out, final_states
 
 
@@ -85,17 +93,23 @@ default config, block 32 with 4 warps, takes 0.19 ms; more warps or blocks >= 25
 warps runs out of shared memory)."""
 
 
-def state_passing_args(states: torch.Tensor, dA_chunk_cumsum: torch.Tensor,
-                       initial_states: torch.Tensor | None = None, seq_idx: torch.Tensor | None = None,
-                       chunk_size: int | None = None, out_dtype: torch.dtype | None = None) -> tuple[Any, ...]:
+def state_passing_args(
+    states: torch.Tensor,
+    dA_chunk_cumsum: torch.Tensor,
+    initial_states: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
+    chunk_size: int | None = None,
+    out_dtype: torch.dtype | None = None,
+) -> tuple[Any, ...]:
     """Validate the wrapper's arguments and return the arguments of :data:`state_passing_kernel` (what a tuner
     passes to ``state_passing_kernel.autotune``)."""
     if states.dim() != 4 or min(states.shape) < 1:
         raise ValueError(f"states must be a non-empty (batch, nchunks, nheads, dim), got shape {tuple(states.shape)}")
     batch, nchunks, nheads, dim = states.shape
     if dA_chunk_cumsum.shape != (batch, nheads, nchunks):
-        raise ValueError(f"dA_chunk_cumsum must have shape {(batch, nheads, nchunks)}, "
-                         f"got {tuple(dA_chunk_cumsum.shape)}")
+        raise ValueError(
+            f"dA_chunk_cumsum must have shape {(batch, nheads, nchunks)}, got {tuple(dA_chunk_cumsum.shape)}"
+        )
     if initial_states is not None and initial_states.shape != (batch, nheads, dim):
         raise ValueError(f"initial_states must have shape {(batch, nheads, dim)}, got {tuple(initial_states.shape)}")
     if seq_idx is not None:
@@ -104,16 +118,30 @@ def state_passing_args(states: torch.Tensor, dA_chunk_cumsum: torch.Tensor,
         if seq_idx.dim() != 2 or seq_idx.shape[0] != batch:
             raise ValueError(f"seq_idx must be (batch={batch}, seqlen), got shape {tuple(seq_idx.shape)}")
         if -(-seq_idx.shape[1] // chunk_size) != nchunks:
-            raise ValueError(f"seq_idx of length {seq_idx.shape[1]} with chunk_size {chunk_size} does not give "
-                             f"{nchunks} chunks")
-    return (states, dA_chunk_cumsum, initial_states, seq_idx, int(chunk_size or 0),
-            states.dtype if out_dtype is None else out_dtype, max(2, triton.next_power_of_2(nchunks)))
+            raise ValueError(
+                f"seq_idx of length {seq_idx.shape[1]} with chunk_size {chunk_size} does not give {nchunks} chunks"
+            )
+    return (
+        states,
+        dA_chunk_cumsum,
+        initial_states,
+        seq_idx,
+        int(chunk_size or 0),
+        states.dtype if out_dtype is None else out_dtype,
+        max(2, triton.next_power_of_2(nchunks)),
+    )
 
 
-def state_passing_fwd(states: torch.Tensor, dA_chunk_cumsum: torch.Tensor, initial_states: torch.Tensor | None = None,
-                      seq_idx: torch.Tensor | None = None, chunk_size: int | None = None,
-                      out_dtype: torch.dtype | None = None, *,
-                      config: ConfigLike = None) -> tuple[torch.Tensor, torch.Tensor]:
+def state_passing_fwd(
+    states: torch.Tensor,
+    dA_chunk_cumsum: torch.Tensor,
+    initial_states: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
+    chunk_size: int | None = None,
+    out_dtype: torch.dtype | None = None,
+    *,
+    config: ConfigLike = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """states (batch, nchunks, nheads, dim), dA_chunk_cumsum (batch, nheads, nchunks) -> (out, final_states).
 
     out[:, 0] is the initial state (zeros when None) and out[:, c] the state entering chunk c, in out_dtype

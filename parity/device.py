@@ -23,8 +23,10 @@ def configure(device: str) -> None:
         if os.environ.get("HELION_INTERPRET") == "1":
             raise ParityError("HELION_INTERPRET=1 cannot be combined with the Triton interpreter; unset it")
         if os.environ.get("TRITON_INTERPRET") != "1" and "triton" in sys.modules:
-            raise ParityError("triton was imported before parity could set TRITON_INTERPRET=1; "
-                              "set TRITON_INTERPRET=1 in the environment for CPU runs")
+            raise ParityError(
+                "triton was imported before parity could set TRITON_INTERPRET=1; "
+                "set TRITON_INTERPRET=1 in the environment for CPU runs"
+            )
         os.environ["TRITON_INTERPRET"] = "1"
         _configured = device
         return

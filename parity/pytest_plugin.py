@@ -28,10 +28,18 @@ _START = pytest.StashKey[float]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("parity")
-    group.addoption("--parity-device", choices=parity_device_mod.DEVICES, default=None,
-                    help="where kernels run: cpu (Triton interpreter, the default) or cuda")
-    group.addoption("--parity-profile", choices=("ci", "gpu"), default=None,
-                    help="hypothesis profile: ci (default on cpu) or gpu (default on cuda)")
+    group.addoption(
+        "--parity-device",
+        choices=parity_device_mod.DEVICES,
+        default=None,
+        help="where kernels run: cpu (Triton interpreter, the default) or cuda",
+    )
+    group.addoption(
+        "--parity-profile",
+        choices=("ci", "gpu"),
+        default=None,
+        help="hypothesis profile: ci (default on cpu) or gpu (default on cuda)",
+    )
     group.addoption("--parity-op", action="append", default=[], help="only these ops (repeatable)")
 
 
@@ -61,8 +69,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     """One line with the device, the profile and the wall time of the whole run (the GPU suite's budget)."""
     start = config.stash.get(_START, None)
     if start is not None:
-        terminalreporter.write_line(f"parity: device {_device(config)}, profile {_profile_name(config)}, "
-                                    f"{time.perf_counter() - start:.1f} s wall")
+        terminalreporter.write_line(
+            f"parity: device {_device(config)}, profile {_profile_name(config)}, "
+            f"{time.perf_counter() - start:.1f} s wall"
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -42,15 +42,25 @@ def summarize(results: Iterable[CaseResult]) -> list[dict[str, Any]]:
         ratio, where = 0.0, ""
         for case in cases:
             for q in case.quantities:
-                value = q.candidate.max_abs / q.bound if q.bound > 0 else (0.0 if q.candidate.max_abs == 0
-                                                                          else float("inf"))
+                value = (
+                    q.candidate.max_abs / q.bound
+                    if q.bound > 0
+                    else (0.0 if q.candidate.max_abs == 0 else float("inf"))
+                )
                 if value >= ratio:
                     ratio, where = value, q.name
         forward_only = any(n.startswith("forward only") for c in cases for n in c.notes)
-        rows.append({"op": op, "impl": impl + (" (fwd only)" if forward_only else ""), "dtype": dtype,
-                     "cases": len(cases),
-                     "failed": sum(not c.passed for c in cases), "worst_err_over_bound": ratio,
-                     "worst_quantity": where})
+        rows.append(
+            {
+                "op": op,
+                "impl": impl + (" (fwd only)" if forward_only else ""),
+                "dtype": dtype,
+                "cases": len(cases),
+                "failed": sum(not c.passed for c in cases),
+                "worst_err_over_bound": ratio,
+                "worst_quantity": where,
+            }
+        )
     return rows
 
 
@@ -60,13 +70,21 @@ def print_table(rows: list[dict[str, Any]], console: Console) -> None:
     for column in ("op", "impl", "dtype", "cases", "failed", "worst err/bound", "at", "verdict"):
         table.add_column(column)
     for row in rows:
-        table.add_row(row["op"], row["impl"], row["dtype"], str(row["cases"]), str(row["failed"]),
-                      f"{row['worst_err_over_bound']:.3f}", row["worst_quantity"],
-                      "[green]pass[/]" if row["failed"] == 0 else "[red]FAIL[/]")
+        table.add_row(
+            row["op"],
+            row["impl"],
+            row["dtype"],
+            str(row["cases"]),
+            str(row["failed"]),
+            f"{row['worst_err_over_bound']:.3f}",
+            row["worst_quantity"],
+            "[green]pass[/]" if row["failed"] == 0 else "[red]FAIL[/]",
+        )
     console.print(table)
 
 
 def results_json(results: list[CaseResult], meta: dict[str, Any]) -> str:
     """Everything as JSON: metadata, summary rows and every case."""
-    return json.dumps({"meta": meta, "summary": summarize(results), "cases": [r.to_dict() for r in results]},
-                      indent=1, default=str)
+    return json.dumps(
+        {"meta": meta, "summary": summarize(results), "cases": [r.to_dict() for r in results]}, indent=1, default=str
+    )

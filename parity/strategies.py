@@ -56,8 +56,9 @@ def examples_for(spec: OpSpec, profile: Profile) -> int:
     return int(spec.extra.get("max_examples", {}).get(profile.name, profile.max_examples))
 
 
-def _search(spec: OpSpec, profile: Profile, device: str, count: int,
-            check: Callable[[dict, int], None]) -> Callable[[], None]:
+def _search(
+    spec: OpSpec, profile: Profile, device: str, count: int, check: Callable[[dict, int], None]
+) -> Callable[[], None]:
     """The hypothesis test calling ``check(problem, seed)``: on CUDA the op's training problems first (they are
     what the gate exists for, and the first run of a baseline fixes the configs it is pinned to, see
     reference.mamba_triton), then the pinned examples, then ``count`` generated problems."""
@@ -77,10 +78,19 @@ def _search(spec: OpSpec, profile: Profile, device: str, count: int,
     return test
 
 
-def drive(spec: OpSpec, impls: Sequence[Impl], dtype: torch.dtype, device: str, profile: Profile,
-          tolerances: Tolerances, on_result: Callable[[CaseResult], None], raise_on_fail: bool,
-          backward: bool = True, max_examples: int | None = None,
-          poison: Sequence[str] = ("nan",)) -> None:
+def drive(
+    spec: OpSpec,
+    impls: Sequence[Impl],
+    dtype: torch.dtype,
+    device: str,
+    profile: Profile,
+    tolerances: Tolerances,
+    on_result: Callable[[CaseResult], None],
+    raise_on_fail: bool,
+    backward: bool = True,
+    max_examples: int | None = None,
+    poison: Sequence[str] = ("nan",),
+) -> None:
     """Check ``impls`` on the problems of :func:`_search`.
 
     With ``raise_on_fail`` a failure raises AssertionError carrying the report and the reproducer,

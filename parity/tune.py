@@ -37,11 +37,13 @@ def training_step(spec: OpSpec, impl: Impl, inputs: Mapping[str, Any]) -> Callab
 
     def step() -> None:
         out = fn(**args)
-        outs = [o for o in (out if isinstance(out, tuple | list) else (out,))
-                if isinstance(o, torch.Tensor) and o.requires_grad]
+        outs = [
+            o
+            for o in (out if isinstance(out, tuple | list) else (out,))
+            if isinstance(o, torch.Tensor) and o.requires_grad
+        ]
         if names and outs:
-            torch.autograd.grad(outs, [args[n] for n in names], [torch.ones_like(o) for o in outs],
-                                allow_unused=True)
+            torch.autograd.grad(outs, [args[n] for n in names], [torch.ones_like(o) for o in outs], allow_unused=True)
 
     return step
 
@@ -57,9 +59,18 @@ class Trial:
     failure: str | None = None
 
 
-def tune(spec: OpSpec, base: Impl, problem: Problem, dtype: torch.dtype, device: str, tolerances: Tolerances,
-         configs: Iterable[Mapping[str, Any]], keep: int, timer: Timer = cuda_timer,
-         progress: Callable[[str, Trial], None] | None = None) -> list[Trial]:
+def tune(
+    spec: OpSpec,
+    base: Impl,
+    problem: Problem,
+    dtype: torch.dtype,
+    device: str,
+    tolerances: Tolerances,
+    configs: Iterable[Mapping[str, Any]],
+    keep: int,
+    timer: Timer = cuda_timer,
+    progress: Callable[[str, Trial], None] | None = None,
+) -> list[Trial]:
     """Time every config on ``problem``; judge them fastest first; stop once ``keep`` have passed.
     ``progress(stage, trial)`` is called after each timing ("timed") and each verdict ("judged"), so a run
     cut short by a time limit still shows what it measured."""

@@ -168,8 +168,9 @@ def _patch_device_properties() -> None:
             return CpuDeviceProperties(name="cpu (Triton interpreter)", multi_processor_count=CPU_SM_COUNT)
         return original(device)
 
-    _replace(torch.cuda, "get_device_properties", functools.wraps(original)(get_device_properties),
-             "cuda_device_properties")
+    _replace(
+        torch.cuda, "get_device_properties", functools.wraps(original)(get_device_properties), "cuda_device_properties"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,7 +244,7 @@ def f32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
     f = np.ascontiguousarray(values, dtype=np.float32)
     u = f.view(np.uint32)
     with np.errstate(over="ignore"):
-        rounded = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
+        rounded = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
     quiet_nan = (u >> np.uint32(16)) | np.uint32(0x40)
     return np.where(np.isnan(f), quiet_nan, rounded).astype(np.uint16)
 
@@ -305,6 +306,7 @@ def _patch_bf16_values() -> None:
             if not is_bf16(arg):
                 return method(self, arg)
             return to_bf16(method(self, handle(value(arg), tl.float32)).data)
+
         return run
 
     def new_create_dot(self: Any, a: Any, b: Any, d: Any, input_precision: Any, max_num_imprecise_acc: Any) -> Any:
@@ -340,11 +342,18 @@ def _patch_bf16_values() -> None:
     def get_bf16(self: Any, v: float) -> Any:
         return handle(f64_to_bf16_bits(np.array([v], dtype=np.float64)), bf16)
 
-    for attr, new in (("binary_op", new_binary_op), ("ternary_op", new_ternary_op), ("unary_op", new_unary_op),
-                      ("create_fma", new_create_fma), ("create_erf", via_f32(create_erf)),
-                      ("create_rsqrt", via_f32(create_rsqrt)), ("create_dot", new_create_dot),
-                      ("cast_impl", new_cast_impl), ("create_atomic_rmw", new_atomic_rmw),
-                      ("get_bf16", get_bf16)):
+    for attr, new in (
+        ("binary_op", new_binary_op),
+        ("ternary_op", new_ternary_op),
+        ("unary_op", new_unary_op),
+        ("create_fma", new_create_fma),
+        ("create_erf", via_f32(create_erf)),
+        ("create_rsqrt", via_f32(create_rsqrt)),
+        ("create_dot", new_create_dot),
+        ("cast_impl", new_cast_impl),
+        ("create_atomic_rmw", new_atomic_rmw),
+        ("get_bf16", get_bf16),
+    ):
         _replace(builder_cls, attr, new, name)
 
     reduce_sum, min_max = interp.ReduceOps.sum, interp.ReduceOps.min_max
@@ -376,6 +385,7 @@ def _patch_bf16_values() -> None:
             if input.dtype != bf16:
                 return original(self, input)
             return [back_to_bf16(t) for t in original(self, as_f32(input))]
+
         return run
 
     _replace(interp.ReduceOps, "sum", new_sum, name)
@@ -412,6 +422,7 @@ def _torch_unary(name: str) -> Callable[[np.ndarray], np.ndarray]:
         import torch
 
         return getattr(torch.special, name)(torch.from_numpy(np.ascontiguousarray(x))).numpy()
+
     return run
 
 
@@ -421,31 +432,86 @@ def _round_half_away(x: np.ndarray) -> np.ndarray:
 
 # Function name (the fp64 symbol without "__nv_"; the fp32 one adds "f") -> numpy implementation.
 _LIBDEVICE_FLOAT: dict[str, Callable[..., np.ndarray]] = {
-    "exp": np.exp, "exp2": np.exp2, "exp10": lambda x: np.power(x.dtype.type(10), x), "expm1": np.expm1,
-    "log": np.log, "log2": np.log2, "log10": np.log10, "log1p": np.log1p,
-    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
-    "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh,
-    "atanh": np.arctanh, "sinpi": lambda x: np.sin(np.pi * x), "cospi": lambda x: np.cos(np.pi * x),
-    "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "cbrt": np.cbrt, "rcbrt": lambda x: 1 / np.cbrt(x),
-    "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint, "nearbyint": np.rint,
-    "round": _round_half_away, "fabs": np.abs, "erf": _vectorized(math.erf), "erfc": _vectorized(math.erfc),
-    "erfinv": _torch_unary("erfinv"), "lgamma": _vectorized(math.lgamma), "tgamma": _vectorized(math.gamma),
-    "normcdf": _torch_unary("ndtr"), "normcdfinv": _torch_unary("ndtri"),
-    "atan2": np.arctan2, "pow": np.power, "hypot": np.hypot, "fmod": np.fmod, "copysign": np.copysign,
-    "remainder": lambda x, y: x - np.rint(x / y) * y, "fdim": lambda x, y: np.maximum(x - y, 0),
-    "nextafter": np.nextafter, "fma": lambda x, y, z: x * y + z, "saturate": lambda x: np.clip(x, 0, 1),
+    "exp": np.exp,
+    "exp2": np.exp2,
+    "exp10": lambda x: np.power(x.dtype.type(10), x),
+    "expm1": np.expm1,
+    "log": np.log,
+    "log2": np.log2,
+    "log10": np.log10,
+    "log1p": np.log1p,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "tanh": np.tanh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
+    "sinpi": lambda x: np.sin(np.pi * x),
+    "cospi": lambda x: np.cos(np.pi * x),
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "cbrt": np.cbrt,
+    "rcbrt": lambda x: 1 / np.cbrt(x),
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "trunc": np.trunc,
+    "rint": np.rint,
+    "nearbyint": np.rint,
+    "round": _round_half_away,
+    "fabs": np.abs,
+    "erf": _vectorized(math.erf),
+    "erfc": _vectorized(math.erfc),
+    "erfinv": _torch_unary("erfinv"),
+    "lgamma": _vectorized(math.lgamma),
+    "tgamma": _vectorized(math.gamma),
+    "normcdf": _torch_unary("ndtr"),
+    "normcdfinv": _torch_unary("ndtri"),
+    "atan2": np.arctan2,
+    "pow": np.power,
+    "hypot": np.hypot,
+    "fmod": np.fmod,
+    "copysign": np.copysign,
+    "remainder": lambda x, y: x - np.rint(x / y) * y,
+    "fdim": lambda x, y: np.maximum(x - y, 0),
+    "nextafter": np.nextafter,
+    "fma": lambda x, y, z: x * y + z,
+    "saturate": lambda x: np.clip(x, 0, 1),
 }
 _LIBDEVICE_EXTRA: dict[str, Callable[..., np.ndarray]] = {
-    "__nv_fdiv_rn": np.divide, "__nv_ddiv_rn": np.divide, "__nv_fsqrt_rn": np.sqrt, "__nv_dsqrt_rn": np.sqrt,
-    "__nv_frcp_rn": lambda x: 1 / x, "__nv_drcp_rn": lambda x: 1 / x, "__nv_frsqrt_rn": lambda x: 1 / np.sqrt(x),
-    "__nv_fmaf_rn": lambda x, y, z: x * y + z, "__nv_fma_rn": lambda x, y, z: x * y + z,
-    "__nv_fast_fdividef": np.divide, "__nv_fast_expf": np.exp, "__nv_fast_exp10f": lambda x: np.power(10, x),
-    "__nv_fast_logf": np.log, "__nv_fast_log2f": np.log2, "__nv_fast_log10f": np.log10,
-    "__nv_fast_sinf": np.sin, "__nv_fast_cosf": np.cos, "__nv_fast_tanf": np.tan, "__nv_fast_powf": np.power,
+    "__nv_fdiv_rn": np.divide,
+    "__nv_ddiv_rn": np.divide,
+    "__nv_fsqrt_rn": np.sqrt,
+    "__nv_dsqrt_rn": np.sqrt,
+    "__nv_frcp_rn": lambda x: 1 / x,
+    "__nv_drcp_rn": lambda x: 1 / x,
+    "__nv_frsqrt_rn": lambda x: 1 / np.sqrt(x),
+    "__nv_fmaf_rn": lambda x, y, z: x * y + z,
+    "__nv_fma_rn": lambda x, y, z: x * y + z,
+    "__nv_fast_fdividef": np.divide,
+    "__nv_fast_expf": np.exp,
+    "__nv_fast_exp10f": lambda x: np.power(10, x),
+    "__nv_fast_logf": np.log,
+    "__nv_fast_log2f": np.log2,
+    "__nv_fast_log10f": np.log10,
+    "__nv_fast_sinf": np.sin,
+    "__nv_fast_cosf": np.cos,
+    "__nv_fast_tanf": np.tan,
+    "__nv_fast_powf": np.power,
     "__nv_saturatef": lambda x: np.clip(x, 0, 1),
-    "__nv_isnanf": np.isnan, "__nv_isnand": np.isnan, "__nv_isinff": np.isinf, "__nv_isinfd": np.isinf,
-    "__nv_finitef": np.isfinite, "__nv_isfinited": np.isfinite,
-    "__nv_signbitf": np.signbit, "__nv_signbitd": np.signbit,
+    "__nv_isnanf": np.isnan,
+    "__nv_isnand": np.isnan,
+    "__nv_isinff": np.isinf,
+    "__nv_isinfd": np.isinf,
+    "__nv_finitef": np.isfinite,
+    "__nv_isfinited": np.isfinite,
+    "__nv_signbitf": np.signbit,
+    "__nv_signbitd": np.signbit,
 }
 
 
@@ -465,8 +531,9 @@ def _patch_libdevice() -> None:
     from triton.language.extra.cuda import libdevice as cuda
     from triton.runtime import interpreter as interp
 
-    def create_extern_elementwise(self: Any, lib_name: str, lib_path: str, symbol: str, args: list[Any],
-                                  ret_type: Any, is_pure: bool) -> Any:
+    def create_extern_elementwise(
+        self: Any, lib_name: str, lib_path: str, symbol: str, args: list[Any], ret_type: Any, is_pure: bool
+    ) -> Any:
         fn = libdevice_numpy(symbol)
         out = np.asarray(fn(*(a.data for a in args)))
         scalar = ret_type.scalar
@@ -478,6 +545,7 @@ def _patch_libdevice() -> None:
         def call(*args: Any, **kwargs: Any) -> Any:
             kwargs["_semantic"] = interp.interpreter_semantic
             return fn(*args, **kwargs)
+
         functools.update_wrapper(call, fn, assigned=("__name__", "__qualname__", "__doc__"), updated=())
         call.__module__ = stub.__name__  # what triton's dependency finder expects of a libdevice stub
         return call
@@ -490,20 +558,38 @@ def _patch_libdevice() -> None:
 # ---------------------------------------------------------------------------------------------
 
 SHIMS: tuple[Shim, ...] = (
-    Shim("torch_cuda_device", "torch.cuda.device(None) raises TypeError in a torch without CUDA",
-         _torch_without_cuda, _patch_torch_cuda_device),
-    Shim("cuda_device_properties", "torch.cuda.get_device_properties raises for a CPU device",
-         interpreting, _patch_device_properties),
-    Shim("tensor_index", "tensor.__index__ calls int() on a 1-element array, which numpy >= 2.4 rejects",
-         lambda: _verified_triton() and _numpy_rejects_int_of_1d(), _patch_tensor_index),
-    Shim("autotune_without_benchmark", "autotune with >1 config fails in the interpreter (0 active drivers)",
-         _verified_triton, _patch_autotune),
-    Shim("bf16_values", "interpreter computes on bf16 bit patterns as integers",
-         _verified_triton, _patch_bf16_values),
-    Shim("bf16_rounding", "interpreter truncates fp32 -> bf16 instead of rounding to nearest even",
-         _verified_triton, _patch_bf16_rounding),
-    Shim("libdevice", "interpreter libdevice functions are stubs returning None",
-         _verified_triton, _patch_libdevice),
+    Shim(
+        "torch_cuda_device",
+        "torch.cuda.device(None) raises TypeError in a torch without CUDA",
+        _torch_without_cuda,
+        _patch_torch_cuda_device,
+    ),
+    Shim(
+        "cuda_device_properties",
+        "torch.cuda.get_device_properties raises for a CPU device",
+        interpreting,
+        _patch_device_properties,
+    ),
+    Shim(
+        "tensor_index",
+        "tensor.__index__ calls int() on a 1-element array, which numpy >= 2.4 rejects",
+        lambda: _verified_triton() and _numpy_rejects_int_of_1d(),
+        _patch_tensor_index,
+    ),
+    Shim(
+        "autotune_without_benchmark",
+        "autotune with >1 config fails in the interpreter (0 active drivers)",
+        _verified_triton,
+        _patch_autotune,
+    ),
+    Shim("bf16_values", "interpreter computes on bf16 bit patterns as integers", _verified_triton, _patch_bf16_values),
+    Shim(
+        "bf16_rounding",
+        "interpreter truncates fp32 -> bf16 instead of rounding to nearest even",
+        _verified_triton,
+        _patch_bf16_rounding,
+    ),
+    Shim("libdevice", "interpreter libdevice functions are stubs returning None", _verified_triton, _patch_libdevice),
 )
 
 
@@ -526,9 +612,12 @@ def install() -> tuple[str, ...]:
 
         _warned.append(True)
 
-        warnings.warn(f"triton {triton.__version__} is not among the versions the interpreter shims were "
-                      f"verified on ({', '.join(sorted(VERIFIED_TRITON))}); not applied: {', '.join(skipped)}",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"triton {triton.__version__} is not among the versions the interpreter shims were "
+            f"verified on ({', '.join(sorted(VERIFIED_TRITON))}); not applied: {', '.join(skipped)}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return installed()
 
 

@@ -31,8 +31,11 @@ def layernorm_fn(
         raise ValueError(f"weight and bias must have shape ({n},)")
     if z is not None and z.shape != x.shape:
         raise ValueError(f"z must have the shape of x {tuple(x.shape)}, got {tuple(z.shape)}")
-    wide = torch.float64 if any(t is not None and t.dtype == torch.float64 for t in (x, weight, bias, z)) \
+    wide = (
+        torch.float64
+        if any(t is not None and t.dtype == torch.float64 for t in (x, weight, bias, z))
         else torch.float32
+    )
     h = x.to(wide)
     if z is not None and not norm_before_gate:
         h = h * F.silu(z.to(wide))
@@ -58,5 +61,6 @@ def rmsnorm_fn(
     norm_before_gate: bool = True,
 ) -> torch.Tensor:
     """:func:`layernorm_fn` with ``is_rms_norm=True``."""
-    return layernorm_fn(x, weight, bias, z=z, eps=eps, group_size=group_size, norm_before_gate=norm_before_gate,
-                        is_rms_norm=True)
+    return layernorm_fn(
+        x, weight, bias, z=z, eps=eps, group_size=group_size, norm_before_gate=norm_before_gate, is_rms_norm=True
+    )

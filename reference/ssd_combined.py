@@ -45,14 +45,19 @@ def mamba_chunk_scan_combined(
         if batch != 1:
             raise ValueError("varlen states need batch == 1")
     wide = compute_dtype(x, dt, A, B, C, D, z, dt_bias, initial_states)  # mamba-ssm's "fp32" intermediates
-    dA_cumsum, dt_out = chunk_cumsum_fwd(dt.to(wide), A, chunk_size, dt_bias=dt_bias, dt_softplus=dt_softplus,
-                                         dt_limit=dt_limit)
+    dA_cumsum, dt_out = chunk_cumsum_fwd(
+        dt.to(wide), A, chunk_size, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=dt_limit
+    )
     states = chunk_state_fwd(B, x, dt_out, dA_cumsum, seq_idx=seq_idx, states_in_fp32=True)
     nchunks = states.shape[1]
     states, final_states = state_passing_fwd(
-        states.reshape(batch, nchunks, nheads, headdim * dstate), dA_cumsum[:, :, :, -1],
+        states.reshape(batch, nchunks, nheads, headdim * dstate),
+        dA_cumsum[:, :, :, -1],
         initial_states=None if initial_states is None else initial_states.reshape(batch, nheads, -1),
-        seq_idx=seq_idx, chunk_size=chunk_size, out_dtype=C.dtype)
+        seq_idx=seq_idx,
+        chunk_size=chunk_size,
+        out_dtype=C.dtype,
+    )
     states = states.reshape(batch, nchunks, nheads, headdim, dstate)
     final_states = final_states.reshape(batch, nheads, headdim, dstate)
     cb = bmm_chunk_fwd(C, B, chunk_size, seq_idx=seq_idx, output_dtype=wide)

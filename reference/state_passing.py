@@ -25,8 +25,9 @@ def state_passing_fwd(
     "previous" seq_idx before chunk 0 being 0: an initial state is carried only into sequence 0."""
     batch, nchunks, nheads, dim = states.shape
     if dA_chunk_cumsum.shape != (batch, nheads, nchunks):
-        raise ValueError(f"dA_chunk_cumsum must have shape {(batch, nheads, nchunks)}, got "
-                         f"{tuple(dA_chunk_cumsum.shape)}")
+        raise ValueError(
+            f"dA_chunk_cumsum must have shape {(batch, nheads, nchunks)}, got {tuple(dA_chunk_cumsum.shape)}"
+        )
     if seq_idx is not None and chunk_size is None:
         raise ValueError("chunk_size is required with seq_idx")
     dtype = compute_dtype(states, dA_chunk_cumsum, initial_states)

@@ -30,8 +30,9 @@ def test_training_shape(op, dtype, parity_tolerances):
     assert spec.training_problems, f"{op} declares no training shape"
     failures = []
     for problem in spec.training_problems:
-        for result in run_problem(spec, list(spec.impls().values()), problem, parse_dtype(dtype), 0, "cuda",
-                                  parity_tolerances):
+        for result in run_problem(
+            spec, list(spec.impls().values()), problem, parse_dtype(dtype), 0, "cuda", parity_tolerances
+        ):
             print(result.message())
             if not result.passed:
                 failures.append(result.message())

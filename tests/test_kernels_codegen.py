@@ -58,8 +58,11 @@ class Entry:
         return self.kernel.bind(self.args(case))
 
 
-def _grid(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[torch.dtype] = (torch.float32,),
-          options: Sequence[bool] = (False, True)) -> list[Case]:
+def _grid(
+    shapes: Sequence[tuple[int, ...]],
+    dtypes: Sequence[torch.dtype] = (torch.float32,),
+    options: Sequence[bool] = (False, True),
+) -> list[Case]:
     """Every combination of shape, dtype and options."""
     return [Case(shape, dtype, opt) for shape, dtype, opt in product(shapes, dtypes, options)]
 
@@ -67,7 +70,7 @@ def _grid(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[torch.dtype] = (to
 def _seq_idx(batch: int, seqlen: int) -> torch.Tensor:
     """Two sequences per batch row, split in the middle."""
     seq_idx = torch.zeros(batch, seqlen, dtype=torch.int32)
-    seq_idx[:, seqlen // 2:] = 1
+    seq_idx[:, seqlen // 2 :] = 1
     return seq_idx
 
 
@@ -81,9 +84,14 @@ CUMSUM_SHAPES = [(2, 37, 4, 16), (1, 5, 2, 16), (1, 1, 2, 16), (2, 64, 4, 32), (
 def _chunk_cumsum_args(case: Case) -> tuple[Any, ...]:
     batch, seqlen, nheads, chunk_size = case.shape
     bias = case.options
-    return chunk_cumsum.chunk_cumsum_args(torch.randn(batch, seqlen, nheads), -torch.rand(nheads), chunk_size,
-                                          dt_bias=torch.randn(nheads) if bias else None, dt_softplus=bias,
-                                          dt_limit=(0.001, 0.1) if bias else (0.0, float("inf")))
+    return chunk_cumsum.chunk_cumsum_args(
+        torch.randn(batch, seqlen, nheads),
+        -torch.rand(nheads),
+        chunk_size,
+        dt_bias=torch.randn(nheads) if bias else None,
+        dt_softplus=bias,
+        dt_limit=(0.001, 0.1) if bias else (0.0, float("inf")),
+    )
 
 
 # (batch, seqlen, ngroups or 0 for (b, L, k) inputs, k, chunk_size)
@@ -93,9 +101,14 @@ BMM_SHAPES = [(2, 37, 2, 16, 16), (1, 5, 1, 16, 16), (1, 1, 2, 16, 16), (2, 70, 
 def _bmm_chunk_args(case: Case) -> tuple[Any, ...]:
     batch, seqlen, ngroups, k, chunk_size = case.shape
     dims = (batch, seqlen, ngroups, k) if ngroups else (batch, seqlen, k)
-    return bmm_chunk.bmm_chunk_args(torch.randn(dims).to(case.dtype), torch.randn(dims).to(case.dtype), chunk_size,
-                                    seq_idx=_seq_idx(batch, seqlen) if case.options else None, causal=case.options,
-                                    output_dtype=torch.float32)
+    return bmm_chunk.bmm_chunk_args(
+        torch.randn(dims).to(case.dtype),
+        torch.randn(dims).to(case.dtype),
+        chunk_size,
+        seq_idx=_seq_idx(batch, seqlen) if case.options else None,
+        causal=case.options,
+        output_dtype=torch.float32,
+    )
 
 
 # (batch, seqlen, nheads, ngroups, headdim, dstate, chunk_size), shared by chunk_state and chunk_scan
@@ -105,10 +118,12 @@ SSD_SHAPES = [(2, 37, 4, 2, 8, 16, 16), (1, 5, 2, 1, 8, 16, 16), (1, 1, 2, 2, 16
 def _chunk_state_inputs(case: Case) -> dict[str, torch.Tensor]:
     batch, seqlen, nheads, ngroups, headdim, dstate, chunk_size = case.shape
     nchunks = -(-seqlen // chunk_size)
-    return {"B": torch.randn(batch, seqlen, ngroups, dstate).to(case.dtype),
-            "x": torch.randn(batch, seqlen, nheads, headdim).to(case.dtype),
-            "dt": torch.rand(batch, nheads, nchunks, chunk_size),
-            "dA_cumsum": -torch.rand(batch, nheads, nchunks, chunk_size).cumsum(-1)}
+    return {
+        "B": torch.randn(batch, seqlen, ngroups, dstate).to(case.dtype),
+        "x": torch.randn(batch, seqlen, nheads, headdim).to(case.dtype),
+        "dt": torch.rand(batch, nheads, nchunks, chunk_size),
+        "dA_cumsum": -torch.rand(batch, nheads, nchunks, chunk_size).cumsum(-1),
+    }
 
 
 def _chunk_state_args(case: Case) -> tuple[Any, ...]:
@@ -130,13 +145,16 @@ def _chunk_scan_args(case: Case) -> tuple[Any, ...]:
     nchunks = -(-seqlen // chunk_size)
     x = torch.randn(batch, seqlen, nheads, headdim).to(case.dtype)
     return chunk_scan.chunk_scan_args(
-        torch.randn(batch, nchunks, ngroups, chunk_size, chunk_size), x,
-        torch.rand(batch, nheads, nchunks, chunk_size), -torch.rand(batch, nheads, nchunks, chunk_size).cumsum(-1),
+        torch.randn(batch, nchunks, ngroups, chunk_size, chunk_size),
+        x,
+        torch.rand(batch, nheads, nchunks, chunk_size),
+        -torch.rand(batch, nheads, nchunks, chunk_size).cumsum(-1),
         torch.randn(batch, seqlen, ngroups, dstate).to(case.dtype),
         torch.randn(batch, nchunks, nheads, headdim, dstate).to(case.dtype),
         D=torch.randn(nheads, headdim) if case.options else torch.randn(nheads),
         z=torch.randn_like(x) if case.options else None,
-        seq_idx=_seq_idx(batch, seqlen) if case.options else None)
+        seq_idx=_seq_idx(batch, seqlen) if case.options else None,
+    )
 
 
 # (batch, seqlen, nheads, dim, chunk_size): 3 chunks (ragged), 1 chunk (whose size-1 axes Helion specializes),
@@ -148,9 +166,13 @@ def _state_passing_args(case: Case) -> tuple[Any, ...]:
     batch, seqlen, nheads, dim, chunk_size = case.shape
     nchunks = -(-seqlen // chunk_size)
     return state_passing.state_passing_args(
-        torch.randn(batch, nchunks, nheads, dim), -torch.rand(batch, nheads, nchunks),
+        torch.randn(batch, nchunks, nheads, dim),
+        -torch.rand(batch, nheads, nchunks),
         initial_states=torch.randn(batch, nheads, dim) if case.options else None,
-        seq_idx=_seq_idx(batch, seqlen) if case.options else None, chunk_size=chunk_size, out_dtype=torch.float16)
+        seq_idx=_seq_idx(batch, seqlen) if case.options else None,
+        chunk_size=chunk_size,
+        out_dtype=torch.float16,
+    )
 
 
 # (rows, ngroups, group_size, z, norm_before_gate, is_rms_norm, bias): one row, group sizes that are not powers
@@ -169,10 +191,15 @@ def _layer_norm_fwd_args(case: Case) -> tuple[Any, ...]:
     rows, ngroups, group_size, with_z, norm_before_gate, is_rms_norm, with_bias = case.shape
     n = ngroups * group_size
     return layernorm_gated.layer_norm_fwd_args(
-        torch.randn(rows, n).to(case.dtype), torch.ones(n, dtype=case.dtype),
-        torch.zeros(n, dtype=case.dtype) if with_bias else None, 1e-5,
-        z=torch.randn(rows, n).to(case.dtype) if with_z else None, group_size=group_size,
-        norm_before_gate=norm_before_gate, is_rms_norm=is_rms_norm)
+        torch.randn(rows, n).to(case.dtype),
+        torch.ones(n, dtype=case.dtype),
+        torch.zeros(n, dtype=case.dtype) if with_bias else None,
+        1e-5,
+        z=torch.randn(rows, n).to(case.dtype) if with_z else None,
+        group_size=group_size,
+        norm_before_gate=norm_before_gate,
+        is_rms_norm=is_rms_norm,
+    )
 
 
 def _layer_norm_bwd_args(case: Case) -> tuple[Any, ...]:
@@ -181,8 +208,19 @@ def _layer_norm_bwd_args(case: Case) -> tuple[Any, ...]:
     fwd = _layer_norm_fwd_args(case)
     (x, weight, bias, z), (mean, rstd) = fwd[:4], fwd[5:7]
     return layernorm_gated.layer_norm_bwd_args(
-        torch.randn_like(x), x, weight, bias, 1e-5, None if mean is None else mean.view(-1), rstd.view(-1), z=z,
-        group_size=group_size, norm_before_gate=norm_before_gate, is_rms_norm=is_rms_norm, recompute_output=True)
+        torch.randn_like(x),
+        x,
+        weight,
+        bias,
+        1e-5,
+        None if mean is None else mean.view(-1),
+        rstd.view(-1),
+        z=z,
+        group_size=group_size,
+        norm_before_gate=norm_before_gate,
+        is_rms_norm=is_rms_norm,
+        recompute_output=True,
+    )
 
 
 def _ssd_bwd_args(case: Case) -> dict[str, tuple[Any, ...]]:
@@ -201,11 +239,30 @@ def _ssd_bwd_args(case: Case) -> dict[str, tuple[Any, ...]]:
     flat = (batch, nchunks, nheads, headdim * dstate)
     return {
         "bwd_dstates": (x, C, dA, seq_idx),
-        "bwd_state_passing": (torch.randn(flat), torch.randn(flat),
-                              torch.randn(batch, nheads, headdim * dstate) if case.options else None,
-                              dA[..., -1].contiguous(), seq_idx, torch.zeros(batch, nheads, block), chunk_size, block),
-        "bwd_dx": (x, x, dt, dA, B, cb, states, D, seq_idx, torch.zeros_like(dt), torch.zeros_like(dt),
-                   torch.zeros(nheads, headdim)),
+        "bwd_state_passing": (
+            torch.randn(flat),
+            torch.randn(flat),
+            torch.randn(batch, nheads, headdim * dstate) if case.options else None,
+            dA[..., -1].contiguous(),
+            seq_idx,
+            torch.zeros(batch, nheads, block),
+            chunk_size,
+            block,
+        ),
+        "bwd_dx": (
+            x,
+            x,
+            dt,
+            dA,
+            B,
+            cb,
+            states,
+            D,
+            seq_idx,
+            torch.zeros_like(dt),
+            torch.zeros_like(dt),
+            torch.zeros(nheads, headdim),
+        ),
         "bwd_dcb": (x, x, dt, dA, cb, seq_idx, torch.zeros_like(dA)),
         "bwd_dc": (x, states, dA, C, B, cb, seq_idx, torch.zeros_like(dA)),
         "bwd_db": (x, dt, dA, states, C, cb, seq_idx),
@@ -214,36 +271,95 @@ def _ssd_bwd_args(case: Case) -> dict[str, tuple[Any, ...]]:
 
 # The backward kernels are slow to generate: a ragged and a two-chunk shape, each dtype once with and once
 # without the optional inputs.
-BWD_CASES = [Case(SSD_SHAPES[0], torch.float32, True), Case(SSD_SHAPES[0], torch.bfloat16, False),
-             Case(SSD_SHAPES[3], torch.float32, False), Case(SSD_SHAPES[3], torch.bfloat16, True)]
+BWD_CASES = [
+    Case(SSD_SHAPES[0], torch.float32, True),
+    Case(SSD_SHAPES[0], torch.bfloat16, False),
+    Case(SSD_SHAPES[3], torch.float32, False),
+    Case(SSD_SHAPES[3], torch.bfloat16, True),
+]
 
 
 def _bwd_entry(key: str, kernel: helion.Kernel, dots: int | None = None, block_sizes: int | None = None) -> Entry:
-    return Entry(key, kernel, lambda case: _ssd_bwd_args(case)[key], BWD_CASES,
-                 [c[key] for c in ssd_combined_bwd.CONFIGS], dots=dots, block_sizes=block_sizes)
+    return Entry(
+        key,
+        kernel,
+        lambda case: _ssd_bwd_args(case)[key],
+        BWD_CASES,
+        [c[key] for c in ssd_combined_bwd.CONFIGS],
+        dots=dots,
+        block_sizes=block_sizes,
+    )
 
 
 ENTRIES = [
     # The chunk axis is an hl.arange inside the program, never a tile: one tunable block size (heads).
-    Entry("chunk_cumsum", chunk_cumsum.chunk_cumsum_kernel, _chunk_cumsum_args, _grid(CUMSUM_SHAPES),
-          chunk_cumsum.CONFIGS, block_sizes=1),
-    Entry("bmm_chunk", bmm_chunk.bmm_chunk_kernel, _bmm_chunk_args, _grid(BMM_SHAPES, BOTH_DTYPES),
-          bmm_chunk.CONFIGS, dots=1),
-    Entry("chunk_state", chunk_state.chunk_state_kernel, _chunk_state_args, _grid(SSD_SHAPES, BOTH_DTYPES),
-          chunk_state.CONFIGS, dots=1),
-    Entry("chunk_state_varlen", chunk_state.chunk_state_varlen_kernel, _chunk_state_varlen_args,
-          _grid(SSD_SHAPES, BOTH_DTYPES, options=(False,)), chunk_state.VARLEN_CONFIGS, dots=1),
+    Entry(
+        "chunk_cumsum",
+        chunk_cumsum.chunk_cumsum_kernel,
+        _chunk_cumsum_args,
+        _grid(CUMSUM_SHAPES),
+        chunk_cumsum.CONFIGS,
+        block_sizes=1,
+    ),
+    Entry(
+        "bmm_chunk",
+        bmm_chunk.bmm_chunk_kernel,
+        _bmm_chunk_args,
+        _grid(BMM_SHAPES, BOTH_DTYPES),
+        bmm_chunk.CONFIGS,
+        dots=1,
+    ),
+    Entry(
+        "chunk_state",
+        chunk_state.chunk_state_kernel,
+        _chunk_state_args,
+        _grid(SSD_SHAPES, BOTH_DTYPES),
+        chunk_state.CONFIGS,
+        dots=1,
+    ),
+    Entry(
+        "chunk_state_varlen",
+        chunk_state.chunk_state_varlen_kernel,
+        _chunk_state_varlen_args,
+        _grid(SSD_SHAPES, BOTH_DTYPES, options=(False,)),
+        chunk_state.VARLEN_CONFIGS,
+        dots=1,
+    ),
     # The chunk axis is an hl.arange inside the program, never a tile: one tunable block size (dim).
-    Entry("state_passing", state_passing.state_passing_kernel, _state_passing_args, _grid(STATE_PASSING_SHAPES),
-          state_passing.CONFIGS, block_sizes=1),
-    Entry("chunk_scan", chunk_scan.chunk_scan_kernel, _chunk_scan_args, _grid(SSD_SHAPES, BOTH_DTYPES),
-          chunk_scan.CONFIGS, dots=2),
+    Entry(
+        "state_passing",
+        state_passing.state_passing_kernel,
+        _state_passing_args,
+        _grid(STATE_PASSING_SHAPES),
+        state_passing.CONFIGS,
+        block_sizes=1,
+    ),
+    Entry(
+        "chunk_scan",
+        chunk_scan.chunk_scan_kernel,
+        _chunk_scan_args,
+        _grid(SSD_SHAPES, BOTH_DTYPES),
+        chunk_scan.CONFIGS,
+        dots=2,
+    ),
     # The group's columns are an hl.arange inside the program, never a tile. Forward: rows per program.
-    Entry("layer_norm_fwd", layernorm_gated.layer_norm_fwd_kernel, _layer_norm_fwd_args, NORM_CASES,
-          [c["fwd"] for c in layernorm_gated.CONFIGS], block_sizes=1),
+    Entry(
+        "layer_norm_fwd",
+        layernorm_gated.layer_norm_fwd_kernel,
+        _layer_norm_fwd_args,
+        NORM_CASES,
+        [c["fwd"] for c in layernorm_gated.CONFIGS],
+        block_sizes=1,
+    ),
     # Backward: rows per row group (the nrow_groups knob), rows at a time.
-    Entry("layer_norm_bwd", layernorm_gated.layer_norm_bwd_kernel, _layer_norm_bwd_args, NORM_CASES,
-          [c["bwd"] for c in layernorm_gated.CONFIGS], block_sizes=2),
+    Entry(
+        "layer_norm_bwd",
+        layernorm_gated.layer_norm_bwd_kernel,
+        _layer_norm_bwd_args,
+        NORM_CASES,
+        [c["bwd"] for c in layernorm_gated.CONFIGS],
+        block_sizes=2,
+    ),
     # The SSD backward. Its reverse scan, like the forward's, holds every chunk in one program.
     _bwd_entry("bwd_dstates", ssd_combined_bwd.dstates_kernel, dots=1),
     _bwd_entry("bwd_state_passing", ssd_combined_bwd.state_passing_bwd_kernel, block_sizes=1),
@@ -259,8 +375,10 @@ def _case_id(case: Case) -> str:
     return f"{shape}-{str(case.dtype).removeprefix('torch.')}-{'options' if case.options else 'plain'}"
 
 
-@pytest.mark.parametrize(("entry", "case"), [
-    pytest.param(entry, case, id=f"{entry.name}-{_case_id(case)}") for entry in ENTRIES for case in entry.cases])
+@pytest.mark.parametrize(
+    ("entry", "case"),
+    [pytest.param(entry, case, id=f"{entry.name}-{_case_id(case)}") for entry in ENTRIES for case in entry.cases],
+)
 def test_every_config_generates_triton(entry: Entry, case: Case) -> None:
     """Default and shipped configs generate Triton; fp32 dots are ieee; the tunable block sizes are as pinned."""
     bound = entry.bind(case)
@@ -281,8 +399,9 @@ def test_configs_differ_in_block_sizes(entry: Entry) -> None:
     assert len({tuple(c["block_sizes"]) for c in entry.configs}) == len(entry.configs)
 
 
-@pytest.mark.parametrize("kernel", [layernorm_gated.layer_norm_fwd_kernel, layernorm_gated.layer_norm_bwd_kernel],
-                         ids=["fwd", "bwd"])
+@pytest.mark.parametrize(
+    "kernel", [layernorm_gated.layer_norm_fwd_kernel, layernorm_gated.layer_norm_bwd_kernel], ids=["fwd", "bwd"]
+)
 def test_no_mean_in_norm_kernels(kernel: helion.Kernel) -> None:
     """No ``.mean`` in the gated-norm kernels: Helion 1.5 can divide it by the padded block size."""
     assert ".mean(" not in inspect.getsource(kernel.fn)
@@ -306,14 +425,20 @@ def test_ssd_tuning_configs_generate_triton() -> None:
     x = torch.randn(batch, seqlen, nheads, headdim, dtype=GPU_SHAPE.dtype)
     candidates = ssd_combined.tuning_configs({"x": x}, 8)
     assert len(candidates) == 8 and len({str(c) for c in candidates}) == 8
-    forward = {"chunk_state": (chunk_state.chunk_state_kernel, _chunk_state_args),
-               "chunk_scan": (chunk_scan.chunk_scan_kernel, _chunk_scan_args),
-               "state_passing": (state_passing.state_passing_kernel, _state_passing_args),
-               "bmm_chunk": (bmm_chunk.bmm_chunk_kernel, _bmm_chunk_args)}
-    shapes = {"state_passing": (batch, seqlen, nheads, headdim * dstate, chunk_size),
-              "bmm_chunk": (batch, seqlen, ngroups, dstate, chunk_size)}
-    bound = {key: kernel.bind(args(Case(shapes.get(key, GPU_SHAPE.shape), GPU_SHAPE.dtype, True)))
-             for key, (kernel, args) in forward.items()}
+    forward = {
+        "chunk_state": (chunk_state.chunk_state_kernel, _chunk_state_args),
+        "chunk_scan": (chunk_scan.chunk_scan_kernel, _chunk_scan_args),
+        "state_passing": (state_passing.state_passing_kernel, _state_passing_args),
+        "bmm_chunk": (bmm_chunk.bmm_chunk_kernel, _bmm_chunk_args),
+    }
+    shapes = {
+        "state_passing": (batch, seqlen, nheads, headdim * dstate, chunk_size),
+        "bmm_chunk": (batch, seqlen, ngroups, dstate, chunk_size),
+    }
+    bound = {
+        key: kernel.bind(args(Case(shapes.get(key, GPU_SHAPE.shape), GPU_SHAPE.dtype, True)))
+        for key, (kernel, args) in forward.items()
+    }
     bwd = _ssd_bwd_args(GPU_SHAPE)
     bound.update({e.name: e.kernel.bind(bwd[e.name]) for e in ENTRIES if e.name in bwd})
     for candidate in candidates:

@@ -18,21 +18,41 @@ from reference import _triton_shims
 _triton_shims.install()  # the interpreter fixes the kernels need on CPU, as reference.specs installs them
 
 # (rows, ngroups, group_size, z, norm_before_gate, is_rms_norm, bias)
-VARIANTS = [(7, 2, 48, True, False, True, False), (1, 2, 96, True, True, False, True), (37, 1, 320, False, True,
-                                                                                         False, True)]
+VARIANTS = [
+    (7, 2, 48, True, False, True, False),
+    (1, 2, 96, True, True, False, True),
+    (37, 1, 320, False, True, False, True),
+]
 
 
 def _args(variant: tuple) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     rows, ngroups, group_size, with_z, norm_before_gate, is_rms_norm, with_bias = variant
     n = ngroups * group_size
     x = torch.randn(rows, n, dtype=torch.float16)
-    fwd = ln.layer_norm_fwd_args(x, torch.ones(n, dtype=x.dtype), torch.zeros(n, dtype=x.dtype) if with_bias else None,
-                                 1e-5, z=torch.randn_like(x) if with_z else None, group_size=group_size,
-                                 norm_before_gate=norm_before_gate, is_rms_norm=is_rms_norm)
+    fwd = ln.layer_norm_fwd_args(
+        x,
+        torch.ones(n, dtype=x.dtype),
+        torch.zeros(n, dtype=x.dtype) if with_bias else None,
+        1e-5,
+        z=torch.randn_like(x) if with_z else None,
+        group_size=group_size,
+        norm_before_gate=norm_before_gate,
+        is_rms_norm=is_rms_norm,
+    )
     (x, weight, bias, z), (mean, rstd) = fwd[:4], fwd[5:7]
-    bwd = ln.layer_norm_bwd_args(torch.randn_like(x), x, weight, bias, 1e-5, None if mean is None else mean.view(-1),
-                                 rstd.view(-1), z=z, group_size=group_size, norm_before_gate=norm_before_gate,
-                                 is_rms_norm=is_rms_norm)
+    bwd = ln.layer_norm_bwd_args(
+        torch.randn_like(x),
+        x,
+        weight,
+        bias,
+        1e-5,
+        None if mean is None else mean.view(-1),
+        rstd.view(-1),
+        z=z,
+        group_size=group_size,
+        norm_before_gate=norm_before_gate,
+        is_rms_norm=is_rms_norm,
+    )
     return fwd, bwd
 
 
@@ -62,8 +82,9 @@ def test_fallbacks_generate_triton(variant: tuple) -> None:
     fwd, bwd = _args(variant)
     rows, ngroups, _, *_ = variant
     configs = (ln.fwd_fallback_config(fwd[9]), ln.bwd_fallback_config(rows, ngroups, bwd[11], torch.device("cpu")))
-    for kernel, args, config in zip((ln.layer_norm_fwd_kernel, ln.layer_norm_bwd_kernel), (fwd, bwd), configs,
-                                    strict=True):
+    for kernel, args, config in zip(
+        (ln.layer_norm_fwd_kernel, ln.layer_norm_bwd_kernel), (fwd, bwd), configs, strict=True
+    ):
         assert "@triton.jit" in kernel.bind(args).to_triton_code(as_config(config))
 
 

@@ -12,5 +12,13 @@ def test_parity(parity_case, parity_device, parity_profile, parity_tolerances):
 
     case = parity_case
 
-    drive(case.spec, [case.impl], parse_dtype(case.dtype_name), parity_device, parity_profile,
-          parity_tolerances, on_result=lambda _: None, raise_on_fail=True)
+    drive(
+        case.spec,
+        [case.impl],
+        parse_dtype(case.dtype_name),
+        parity_device,
+        parity_profile,
+        parity_tolerances,
+        on_result=lambda _: None,
+        raise_on_fail=True,
+    )

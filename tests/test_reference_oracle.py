@@ -42,8 +42,19 @@ CASES = [
     ("packed_seq_idx", (2, 37, 4, 2, 8, 16, 16), {"starts": (0, 10, 16, 30), "initial_states": True}),
     ("seq_idx_not_from_zero", (1, 27, 2, 1, 4, 8, 8), {"starts": (0, 9), "first": 1, "initial_states": True}),
     ("varlen_states", (1, 40, 2, 1, 4, 8, 16), {"starts": (0, 7, 16, 33), "varlen": True}),
-    ("all_on", (2, 45, 4, 2, 8, 16, 16), {"D": "hp", "z": True, "dt_bias": True, "dt_softplus": True,
-                                          "dt_limit": (0.05, 1.5), "starts": (0, 13, 40), "initial_states": True}),
+    (
+        "all_on",
+        (2, 45, 4, 2, 8, 16, 16),
+        {
+            "D": "hp",
+            "z": True,
+            "dt_bias": True,
+            "dt_softplus": True,
+            "dt_limit": (0.05, 1.5),
+            "starts": (0, 13, 40),
+            "initial_states": True,
+        },
+    ),
 ]
 
 
@@ -66,9 +77,11 @@ def make_inputs(shape: tuple[int, ...], features: dict[str, Any], dtype: torch.d
     if not (features.get("dt_softplus") or features.get("raw_dt")):
         dt = F.softplus(dt - 1.0)
     kw: dict[str, Any] = {
-        "x": randn(batch, seqlen, nheads, headdim), "dt": dt.to(dtype),
+        "x": randn(batch, seqlen, nheads, headdim),
+        "dt": dt.to(dtype),
         "A": (-torch.exp(torch.rand(nheads, generator=g, dtype=F64))).to(dtype),
-        "B": randn(batch, seqlen, ngroups, dstate), "C": randn(batch, seqlen, ngroups, dstate),
+        "B": randn(batch, seqlen, ngroups, dstate),
+        "C": randn(batch, seqlen, ngroups, dstate),
         "chunk_size": chunk_size,
         "dt_softplus": bool(features.get("dt_softplus")),
         "dt_limit": features.get("dt_limit", (0.0, float("inf"))),
@@ -102,17 +115,27 @@ def test_chunked_reference_matches_recurrence(shape, features, bound):
         if name in kw:
             kw[name].requires_grad_(True)
     varlen = "cu_seqlens" in kw
-    out, final, *varlen_states = mamba_chunk_scan_combined(**kw, return_final_states=True,
-                                                           return_varlen_states=varlen)
+    out, final, *varlen_states = mamba_chunk_scan_combined(**kw, return_final_states=True, return_varlen_states=varlen)
     rec = {k: v for k, v in kw.items() if k not in ("chunk_size", "cu_seqlens")}
     out_r, final_r = ssd_recurrence(**rec, return_final_states=True)
     pairs = {"out": (out, out_r), "final_states": (final, final_r)}
     if varlen:
         # The state after each packed sequence's last token = the recurrence run on that sequence alone.
         bounds = kw["cu_seqlens"].tolist()
-        per_seq = [ssd_recurrence(**{**rec, "seq_idx": None, "x": kw["x"][:, s:e], "dt": kw["dt"][:, s:e],
-                                     "B": kw["B"][:, s:e], "C": kw["C"][:, s:e]}, return_final_states=True)[1][0]
-                   for s, e in itertools.pairwise(bounds)]
+        per_seq = [
+            ssd_recurrence(
+                **{
+                    **rec,
+                    "seq_idx": None,
+                    "x": kw["x"][:, s:e],
+                    "dt": kw["dt"][:, s:e],
+                    "B": kw["B"][:, s:e],
+                    "C": kw["C"][:, s:e],
+                },
+                return_final_states=True,
+            )[1][0]
+            for s, e in itertools.pairwise(bounds)
+        ]
         pairs["varlen_states"] = (varlen_states[0], torch.stack(per_seq))
 
     g = torch.Generator().manual_seed(1)
@@ -139,24 +162,32 @@ def test_reference_output_dtypes_and_shapes(dtype):
     dA_cumsum, dt_out = chunk_cumsum_fwd(kw["dt"], kw["A"], cs)
     states = chunk_state_fwd(kw["B"], kw["x"], dt_out, dA_cumsum, seq_idx=kw["seq_idx"])
     narrow_states = chunk_state_fwd(kw["B"], kw["x"], dt_out, dA_cumsum, states_in_fp32=False)
-    passed, final = state_passing_fwd(states.reshape(b, c, h, p * n), dA_cumsum[..., -1], chunk_size=cs,
-                                      seq_idx=kw["seq_idx"], out_dtype=dtype)
+    passed, final = state_passing_fwd(
+        states.reshape(b, c, h, p * n), dA_cumsum[..., -1], chunk_size=cs, seq_idx=kw["seq_idx"], out_dtype=dtype
+    )
     cb = bmm_chunk_fwd(kw["C"], kw["B"], cs, seq_idx=kw["seq_idx"])
     cb_flat = bmm_chunk_fwd(kw["C"][:, :, 0], kw["B"][:, :, 0], cs, output_dtype=torch.float32)
-    out, out_x = chunk_scan_fwd(cb, kw["x"], dt_out, dA_cumsum, kw["C"], passed.reshape(b, c, h, p, n), D=kw["D"],
-                                z=kw["z"])
-    comb, comb_final, comb_varlen = mamba_chunk_scan_combined(**kw, return_final_states=True,
-                                                              return_varlen_states=True)
+    out, out_x = chunk_scan_fwd(
+        cb, kw["x"], dt_out, dA_cumsum, kw["C"], passed.reshape(b, c, h, p, n), D=kw["D"], z=kw["z"]
+    )
+    comb, comb_final, comb_varlen = mamba_chunk_scan_combined(**kw, return_final_states=True, return_varlen_states=True)
     rec = ssd_recurrence(kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"])
     norm = rmsnorm_fn(kw["x"], torch.ones(p, dtype=dtype), None, z=kw["z"], group_size=2)
     expected = {
-        "dA_cumsum": (dA_cumsum, wide, (b, h, c, cs)), "dt_out": (dt_out, wide, (b, h, c, cs)),
-        "states": (states, wide, (b, c, h, p, n)), "states_not_fp32": (narrow_states, dtype, (b, c, h, p, n)),
-        "passed": (passed, dtype, (b, c, h, p * n)), "final": (final, wide, (b, h, p * n)),
-        "cb": (cb, dtype, (b, c, g, cs, cs)), "cb_no_groups": (cb_flat, torch.float32, (b, c, cs, cs)),
-        "out": (out, dtype, (b, seqlen, h, p)), "out_x": (out_x, dtype, (b, seqlen, h, p)),
-        "combined": (comb, dtype, (b, seqlen, h, p)), "combined_final": (comb_final, wide, (b, h, p, n)),
-        "varlen": (comb_varlen, dtype, (2, h, p, n)), "recurrence": (rec, dtype, (b, seqlen, h, p)),
+        "dA_cumsum": (dA_cumsum, wide, (b, h, c, cs)),
+        "dt_out": (dt_out, wide, (b, h, c, cs)),
+        "states": (states, wide, (b, c, h, p, n)),
+        "states_not_fp32": (narrow_states, dtype, (b, c, h, p, n)),
+        "passed": (passed, dtype, (b, c, h, p * n)),
+        "final": (final, wide, (b, h, p * n)),
+        "cb": (cb, dtype, (b, c, g, cs, cs)),
+        "cb_no_groups": (cb_flat, torch.float32, (b, c, cs, cs)),
+        "out": (out, dtype, (b, seqlen, h, p)),
+        "out_x": (out_x, dtype, (b, seqlen, h, p)),
+        "combined": (comb, dtype, (b, seqlen, h, p)),
+        "combined_final": (comb_final, wide, (b, h, p, n)),
+        "varlen": (comb_varlen, dtype, (2, h, p, n)),
+        "recurrence": (rec, dtype, (b, seqlen, h, p)),
         "rmsnorm": (norm, dtype, (b, seqlen, h, p)),
     }
     for name, (t, want_dtype, want_shape) in expected.items():
@@ -178,8 +209,9 @@ def test_chunk_cumsum_tail_and_dt_processing():
     assert torch.allclose(soft.flatten()[:5], torch.tensor(want))
 
 
-@pytest.mark.parametrize(("is_rms_norm", "gate"),
-                         [(False, None), (True, None), (False, "norm_then_gate"), (True, "gate_then_norm")])
+@pytest.mark.parametrize(
+    ("is_rms_norm", "gate"), [(False, None), (True, None), (False, "norm_then_gate"), (True, "gate_then_norm")]
+)
 def test_gated_norm_matches_torch_norms(is_rms_norm, gate):
     """Per group, layernorm_fn is F.layer_norm / F.rms_norm plus the affine, gated by silu(z) after the
     norm (norm_before_gate=True) or before it."""
@@ -190,6 +222,13 @@ def test_gated_norm_matches_torch_norms(is_rms_norm, gate):
     h = x * F.silu(z) if gate == "gate_then_norm" else x
     want = norm(h.reshape(2, 3, 3, 4), (4,), eps=1e-6).reshape(2, 3, 12) * w + bias
     want = want * F.silu(z) if gate == "norm_then_gate" else want
-    got = layernorm_fn(x, w, bias, z=None if gate is None else z, group_size=4,
-                       norm_before_gate=gate != "gate_then_norm", is_rms_norm=is_rms_norm)
+    got = layernorm_fn(
+        x,
+        w,
+        bias,
+        z=None if gate is None else z,
+        group_size=4,
+        norm_before_gate=gate != "gate_then_norm",
+        is_rms_norm=is_rms_norm,
+    )
     assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)

@@ -17,13 +17,34 @@ from reference import mamba_triton, specs
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") != "1",
-    reason="CPU smoke tests (Triton interpreter); on CUDA the adapters are exercised by tests/test_gpu.py")
+    reason="CPU smoke tests (Triton interpreter); on CUDA the adapters are exercised by tests/test_gpu.py",
+)
 
-TINY = {"batch": 1, "seqlen": 21, "chunk_size": 16, "nheads": 4, "ngroups": 2, "headdim": 8, "dstate": 16,
-        "D": "hp", "z": True, "dt_bias": True, "dt_softplus": True, "dt_limit": [0.001, 0.1], "nseq": 2,
-        "initial_states": True}
-NORM = {"rows": 7, "ngroups": 2, "group_size": 16, "z": True, "norm_before_gate": False, "is_rms_norm": True,
-        "bias": True}
+TINY = {
+    "batch": 1,
+    "seqlen": 21,
+    "chunk_size": 16,
+    "nheads": 4,
+    "ngroups": 2,
+    "headdim": 8,
+    "dstate": 16,
+    "D": "hp",
+    "z": True,
+    "dt_bias": True,
+    "dt_softplus": True,
+    "dt_limit": [0.001, 0.1],
+    "nseq": 2,
+    "initial_states": True,
+}
+NORM = {
+    "rows": 7,
+    "ngroups": 2,
+    "group_size": 16,
+    "z": True,
+    "norm_before_gate": False,
+    "is_rms_norm": True,
+    "bias": True,
+}
 CPU = torch.device("cpu")
 F32 = torch.float32
 
@@ -31,8 +52,16 @@ Shapes = Callable[[dict[str, Any], torch.dtype], dict[str, tuple[tuple[int, ...]
 
 
 def _dims(p: dict[str, Any]) -> tuple[int, ...]:
-    return (p["batch"], p["seqlen"], math.ceil(p["seqlen"] / p["chunk_size"]), p["chunk_size"], p["nheads"],
-            p["ngroups"], p["headdim"], p["dstate"])
+    return (
+        p["batch"],
+        p["seqlen"],
+        math.ceil(p["seqlen"] / p["chunk_size"]),
+        p["chunk_size"],
+        p["nheads"],
+        p["ngroups"],
+        p["headdim"],
+        p["dstate"],
+    )
 
 
 def _cumsum_shapes(p: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:

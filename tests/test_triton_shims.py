@@ -31,12 +31,14 @@ from reference import _triton_shims  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") != "1",
-    reason="the shims are for the Triton interpreter (CPU, TRITON_INTERPRET=1); nothing to shim on CUDA")
+    reason="the shims are for the Triton interpreter (CPU, TRITON_INTERPRET=1); nothing to shim on CUDA",
+)
 
 verified = pytest.mark.skipif(
     triton.__version__ not in _triton_shims.VERIFIED_TRITON,
     reason=f"the interpreter defects were checked on triton {sorted(_triton_shims.VERIFIED_TRITON)}, "
-           f"not {triton.__version__}")
+    f"not {triton.__version__}",
+)
 
 N = 16
 BF16 = torch.bfloat16
@@ -111,8 +113,9 @@ def _runtime_bound(x, n, o, B: tl.constexpr):
     tl.store(o + tl.arange(0, B), total)
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": 4}), triton.Config({"BLOCK": 8}), triton.Config({"BLOCK": 16})],
-                 key=["n"])
+@triton.autotune(
+    configs=[triton.Config({"BLOCK": 4}), triton.Config({"BLOCK": 8}), triton.Config({"BLOCK": 16})], key=["n"]
+)
 @triton.jit
 def _autotuned(x, n, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -162,8 +165,9 @@ def probe_bf16_values() -> Any:
     out["dot_err"] = (d - a.float() @ b.float()).abs().max().item()
     r = torch.empty(3 + N, dtype=BF16)
     _reduce[(1,)](x, r, N)
-    expected = torch.cat([x.float().sum().reshape(1), x.float().max().reshape(1), x.float().min().reshape(1),
-                          x.float().cumsum(0)]).to(BF16)
+    expected = torch.cat(
+        [x.float().sum().reshape(1), x.float().max().reshape(1), x.float().min().reshape(1), x.float().cumsum(0)]
+    ).to(BF16)
     out["reduce_bits_equal"] = _bits(r) == _bits(expected)
     try:
         c = torch.empty(N, dtype=BF16)
@@ -208,9 +212,11 @@ def probe_fp16() -> Any:
     _dot[(1,)](a, b, d, N)
     f, c = torch.randn(4096, generator=g) * 3, torch.empty(4096, dtype=torch.float16)
     _cast[(1,)](f, c, 4096)
-    return {"arith_bits_equal": _bits(o) == _bits(torch.where(x < y, x * y + x, torch.maximum(x, y) - 0.75)),
-            "dot_err": (d - a.float() @ b.float()).abs().max().item(),
-            "cast_mismatches": int((c != f.half()).sum())}
+    return {
+        "arith_bits_equal": _bits(o) == _bits(torch.where(x < y, x * y + x, torch.maximum(x, y) - 0.75)),
+        "dot_err": (d - a.float() @ b.float()).abs().max().item(),
+        "cast_mismatches": int((c != f.half()).sum()),
+    }
 
 
 def unverified() -> dict[str, Any]:
@@ -229,12 +235,17 @@ def unverified() -> dict[str, Any]:
         call = "returned"
     except Exception as exc:
         call = f"raised: {type(exc).__name__}: {exc}"
-    return {"installed": list(names), "warned": any("not among the versions" in str(w.message) for w in caught),
-            "bf16_ready": _triton_shims.bf16_ready(), "bf16_call": call}
+    return {
+        "installed": list(names),
+        "warned": any("not among the versions" in str(w.message) for w in caught),
+        "bf16_ready": _triton_shims.bf16_ready(),
+        "bf16_call": call,
+    }
 
 
 PROBES: dict[str, Callable[[], Any]] = {
-    name.removeprefix("probe_"): fn for name, fn in list(globals().items()) if name.startswith("probe_")}
+    name.removeprefix("probe_"): fn for name, fn in list(globals().items()) if name.startswith("probe_")
+}
 
 
 def observe(names: list[str] | None = None) -> dict[str, Any]:
@@ -257,8 +268,7 @@ def observe(names: list[str] | None = None) -> dict[str, Any]:
 def unshimmed() -> dict[str, Any]:
     """The probes' observations in a fresh interpreter process without shims (then :func:`unverified`)."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=300,
-                          check=False)
+    done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -337,8 +347,11 @@ def test_libdevice(unshimmed: dict[str, Any], shimmed: tuple[str, ...]) -> None:
 
 
 def test_fp16_needs_no_shim(unshimmed: dict[str, Any]) -> None:
-    assert unshimmed["fp16"] == {"arith_bits_equal": True, "dot_err": pytest.approx(0.0, abs=1e-4),
-                                 "cast_mismatches": 0}
+    assert unshimmed["fp16"] == {
+        "arith_bits_equal": True,
+        "dot_err": pytest.approx(0.0, abs=1e-4),
+        "cast_mismatches": 0,
+    }
 
 
 # ---------------------------------------------------------------------------------------------

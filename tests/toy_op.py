@@ -23,8 +23,15 @@ def _decay(length: int, a: torch.Tensor) -> torch.Tensor:
     return torch.where(diff >= 0, torch.exp(a * diff.clamp(min=0)), torch.zeros((), dtype=a.dtype, device=a.device))
 
 
-def reference(x: torch.Tensor, a: torch.Tensor, d: torch.Tensor, chunk: int, shift: int = 0,
-              acc: torch.dtype | None = None, drop_d: bool = False) -> torch.Tensor:
+def reference(
+    x: torch.Tensor,
+    a: torch.Tensor,
+    d: torch.Tensor,
+    chunk: int,
+    shift: int = 0,
+    acc: torch.dtype | None = None,
+    drop_d: bool = False,
+) -> torch.Tensor:
     """The op; ``shift``/``acc``/``drop_d`` inject the bugs the mutants below need."""
     work = acc or (torch.float64 if x.dtype == torch.float64 else torch.float32)
     xs, aa = x.to(work), a.to(work)
@@ -77,22 +84,29 @@ def unwritten_tail(x, a, d, chunk):
 
 def make_inputs(p, dtype, seed, device):
     g = torch.Generator().manual_seed(seed)
-    return {"x": torch.randn(p["batch"], p["length"], generator=g).to(device, dtype),
-            "a": -torch.rand((), generator=g).to(device) - 0.1,
-            "d": torch.randn((), generator=g).to(device),
-            "chunk": p["chunk"]}
+    return {
+        "x": torch.randn(p["batch"], p["length"], generator=g).to(device, dtype),
+        "a": -torch.rand((), generator=g).to(device) - 0.1,
+        "d": torch.randn((), generator=g).to(device),
+        "chunk": p["chunk"],
+    }
 
 
 def problems(profile: str):
-    return st.fixed_dictionaries({"batch": st.integers(1, 3), "length": st.integers(1, 40),
-                                  "chunk": st.sampled_from([4, 8])})
+    return st.fixed_dictionaries(
+        {"batch": st.integers(1, 3), "length": st.integers(1, 40), "chunk": st.sampled_from([4, 8])}
+    )
 
 
 def spec(*candidates: Callable) -> OpSpec:
-    return OpSpec(name="decay_sum", reference=Impl("torch", reference), make_inputs=make_inputs,
-                  problems=problems, outputs=("out",), grad_inputs=("x", "a", "d"),
-                  baseline=Impl("loop", baseline),
-                  candidates=tuple(Impl(c.__name__, c) for c in candidates),
-                  examples=({"batch": 2, "length": 13, "chunk": 4},))
-
-
+    return OpSpec(
+        name="decay_sum",
+        reference=Impl("torch", reference),
+        make_inputs=make_inputs,
+        problems=problems,
+        outputs=("out",),
+        grad_inputs=("x", "a", "d"),
+        baseline=Impl("loop", baseline),
+        candidates=tuple(Impl(c.__name__, c) for c in candidates),
+        examples=({"batch": 2, "length": 13, "chunk": 4},),
+    )
