@@ -107,8 +107,8 @@ MUTANTS: tuple[Mutant, ...] = (
         op="state_passing",
         patches=(
             (
-                "hl.store(out, [tile_b.begin, chunk + 1, tile_h.begin, tile_d]",
-                "hl.store(out, [tile_b.begin, chunk, tile_h.begin, tile_d]",
+                "[tile_b.begin, chunk + 1, tile_h.begin, tile_d],\n                state.to(out_dtype),",
+                "[tile_b.begin, chunk, tile_h.begin, tile_d],\n                state.to(out_dtype),",
             ),
         ),
         problem=STATE_PASSING_PINNED,
@@ -264,8 +264,8 @@ MUTANTS: tuple[Mutant, ...] = (
         op="bmm_chunk",
         patches=(
             (
-                "hl.tile([batch, nchunks, ngroups, chunk_size, chunk_size]",
-                "hl.tile([batch, seqlen // chunk_size, ngroups, chunk_size, chunk_size]",
+                "[batch, nchunks, ngroups, chunk_size, chunk_size], block_size=[1, 1, 1, None, None]",
+                "[batch, seqlen // chunk_size, ngroups, chunk_size, chunk_size], block_size=[1, 1, 1, None, None]",
             ),
         ),
         problem=BMM_PINNED,
