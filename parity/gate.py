@@ -13,11 +13,11 @@ from typing import Any
 import torch
 
 from parity.errors import ParityError
-from parity.runner import CaseResult, _same, _upstream_grads, execute, run_problem
+from parity.runner import CaseResult, _same, _upstream_grads, execute, make_inputs, run_problem
 from parity.spec import Impl, OpSpec, dtype_name, parse_dtype
 from parity.strategies import Profile, plan
 from parity.tolerances import Tolerances
-from parity.workers import Call, resolve, run_groups
+from parity.workers import Call, Work, resolve, run_groups
 
 
 def load_config(path: Path | str) -> dict[str, Any]:
@@ -118,7 +118,7 @@ def _determinism(
 ) -> dict[str, Any]:
     """Re-run forward and backward on identical inputs and upstream gradients: bitwise identical, or the largest
     spread seen."""
-    inputs = spec.make_inputs(problem, dtype, 0, torch.device(device))
+    inputs = make_inputs(spec, problem, dtype, 0, device)
     upstream = _upstream_grads(0) if impl.backward and spec.grad_inputs else None
     fn = impl.load()
     first = execute(spec, fn, inputs, upstream)
@@ -146,7 +146,7 @@ def _timing(spec: OpSpec, impl: Impl, problem: Mapping[str, Any], dtype: torch.d
     """Forward+backward median ms of the candidate and of the baseline on one training problem (CUDA)."""
     from parity.tune import cuda_timer, training_step
 
-    inputs = spec.make_inputs(problem, dtype, 0, torch.device("cuda"))
+    inputs = make_inputs(spec, problem, dtype, 0, "cuda")
     found: dict[str, Any] = {"problem": dict(problem), "dtype": dtype_name(dtype)}
     for label, which in (("candidate_ms", impl), ("baseline_ms", spec.baseline)):
         if which is not None:
@@ -165,7 +165,7 @@ def preflight(spec: OpSpec, impl: Impl, dtype: torch.dtype, device: str) -> None
     problem = min(problems, key=lambda p: sum(v for v in p.values() if type(v) is int))
     from parity.tune import training_step
 
-    inputs = spec.make_inputs(problem, dtype, 0, torch.device(device))
+    inputs = make_inputs(spec, problem, dtype, 0, device)
     try:
         training_step(spec, impl, inputs)()
     except ParityError:
@@ -246,44 +246,53 @@ def gate(
             spec.check_config(impl.config)
     report = GateReport(spec.name, impl.name, dict(impl.config or {}), device)
     ref: OpSpec | str = spec.name if workers > 1 else spec
-    keyed: dict[Any, list[Call]] = {}
-    last: list[tuple[Any, Call]] = []
+    planned: Work = ([], [])
 
-    def add(dtype: torch.dtype, problem: dict, call: Call) -> Any:
-        key = (dtype_name(dtype), json.dumps(spec.compile_key(problem), default=str))
-        keyed.setdefault(key, []).append(call)
-        return key
+    def work() -> Work:
+        """Plan and group the calls, then pre-flight the candidate (here, while the workers start)."""
+        nonlocal planned
+        keyed: dict[Any, list[Call]] = {}
+        last: list[tuple[Any, Call]] = []
 
-    for dtype in dtypes:
-        name = dtype_name(dtype)
-        cases = plan(spec, profile, device, max_examples)
-        for problem in spec.training_problems:
-            if device != "cuda":
-                report.skipped.append(
-                    f"training problem {json.dumps(problem)} ({name}): too large for the CPU interpreter"
+        def add(dtype: torch.dtype, problem: dict, call: Call) -> Any:
+            key = (dtype_name(dtype), json.dumps(spec.compile_key(problem), default=str))
+            keyed.setdefault(key, []).append(call)
+            return key
+
+        for dtype in dtypes:
+            name = dtype_name(dtype)
+            cases = plan(spec, profile, device, max_examples)
+            for problem in spec.training_problems:
+                if device != "cuda":
+                    report.skipped.append(
+                        f"training problem {json.dumps(problem)} ({name}): too large for the CPU interpreter"
+                    )
+                    continue
+                key = add(
+                    dtype, dict(problem), (_case, (ref, impl, dict(problem), 0, name, device, tolerances, "contiguous"))
                 )
-                continue
-            key = add(
-                dtype, dict(problem), (_case, (ref, impl, dict(problem), 0, name, device, tolerances, "contiguous"))
+                add(dtype, dict(problem), (_rerun, (ref, impl, dict(problem), name, device, reruns)))
+                last.append((key, (_time, (ref, impl, dict(problem), name))))
+            training = (
+                {json.dumps(dict(p), sort_keys=True) for p in spec.training_problems} if device == "cuda" else set()
             )
-            add(dtype, dict(problem), (_rerun, (ref, impl, dict(problem), name, device, reruns)))
-            last.append((key, (_time, (ref, impl, dict(problem), name))))
-        training = {json.dumps(dict(p), sort_keys=True) for p in spec.training_problems} if device == "cuda" else set()
-        for problem, seed in cases:
-            if not (seed == 0 and json.dumps(problem, sort_keys=True) in training):
-                add(dtype, problem, (_case, (ref, impl, problem, seed, name, device, tolerances, "contiguous")))
-        pinned = spec.examples[0] if spec.examples else (spec.training_problems[0] if device == "cuda" else None)
-        if pinned is None:
-            continue
-        add(dtype, dict(pinned), (_rerun, (ref, impl, dict(pinned), name, device, reruns)))
-        for layout in ("strided", "offset") if spec.relayout_inputs else ():
-            add(dtype, dict(pinned), (_case, (ref, impl, dict(pinned), 1, name, device, tolerances, layout)))
-    keys = sorted(keyed, key=lambda k: (not any(k == t for t, _ in last), -len(keyed[k])))
-    groups = [keyed[k] for k in keys]
-    finals = [(keys.index(k), call) for k, call in last]
+            for problem, seed in cases:
+                if not (seed == 0 and json.dumps(problem, sort_keys=True) in training):
+                    add(dtype, problem, (_case, (ref, impl, problem, seed, name, device, tolerances, "contiguous")))
+            pinned = spec.examples[0] if spec.examples else (spec.training_problems[0] if device == "cuda" else None)
+            if pinned is None:
+                continue
+            add(dtype, dict(pinned), (_rerun, (ref, impl, dict(pinned), name, device, reruns)))
+            for layout in ("strided", "offset") if spec.relayout_inputs else ():
+                add(dtype, dict(pinned), (_case, (ref, impl, dict(pinned), 1, name, device, tolerances, layout)))
+        keys = sorted(keyed, key=lambda k: (not any(k == t for t, _ in last), -len(keyed[k])))
+        planned = ([keyed[k] for k in keys], [(keys.index(k), call) for k, call in last])
+        preflight(spec, impl, dtypes[0], device)
+        return planned
 
     def collect(where: tuple[int, int], result: Any) -> None:
-        fn = (groups[where[0]] + [c for g, c in finals if g == where[0]])[where[1]][0]
+        groups, finals = planned
+        fn = (list(groups[where[0]]) + [c for g, c in finals if g == where[0]])[where[1]][0]
         if fn is _rerun:
             report.determinism.append(result)
         elif fn is _time:
@@ -294,13 +303,5 @@ def gate(
                 if on_result:
                     on_result(case)
 
-    run_groups(
-        groups,
-        device,
-        tolerances,
-        workers,
-        collect,
-        finals,
-        while_starting=lambda: preflight(spec, impl, dtypes[0], device),
-    )
+    run_groups(work, device, tolerances, workers, collect)
     return report

@@ -68,48 +68,45 @@ def _serve(index: int, inbox: Any, outbox: Any, device: str, tolerances: Toleran
         outbox.put(("done", index, group, None))
 
 
+Work = tuple[Sequence[Sequence[Call]], Sequence[tuple[int, Call]]]
+"""Groups of calls, and (group index, call) pairs to run after every group (see :func:`run_groups`)."""
+
+
 def run_groups(
-    groups: Sequence[Sequence[Call]],
+    work: Callable[[], Work],
     device: str,
     tolerances: Tolerances,
     workers: int,
     on_result: Callable[[tuple[int, int], Any], None],
-    last: Sequence[tuple[int, Call]] = (),
-    while_starting: Callable[[], None] | None = None,
 ) -> None:
-    """Run every call of every group, each group in one process and in order; groups are handed, in the given
-    order, to whichever of ``workers`` spawned processes is free (``workers`` <= 1: all here). ``last``:
-    (group index, call) pairs run after every group has finished, in the process that ran that group (its
-    kernels are compiled there and nothing else runs beside it: timings). ``on_result((group, position), result)``
-    in this process as each call finishes (position counts the ``last`` calls of a group after its own).
-    ``while_starting`` runs here while the workers start (a pre-flight check). A call that raises stops every
-    worker and raises RuntimeError with the worker's traceback."""
-    extra: dict[int, list[Call]] = {}
-    for group, call in last:
-        extra.setdefault(group, []).append(call)
+    """Run every call of every group of ``work()``, each group in one process and in order; groups are handed, in
+    the given order, to whichever of ``workers`` spawned processes is free (``workers`` <= 1: all here). The
+    second part of ``work()``, (group index, call) pairs, runs after every group has finished, in the process
+    that ran that group (its kernels are compiled there and nothing else runs beside it: timings).
+    ``on_result((group, position), result)`` in this process as each call finishes (position counts a group's
+    final calls after its own). ``work()`` itself runs here while the workers start (planning, a pre-flight
+    check). A call that raises stops every worker and raises RuntimeError with the worker's traceback."""
     if workers <= 1:
-        if while_starting is not None:
-            while_starting()
+        groups, last = work()
         for group, calls in enumerate(groups):
             for position, (fn, args) in enumerate(calls):
                 on_result((group, position), fn(*args))
-        for group, calls in sorted(extra.items()):
+        for group, calls in sorted(_by_group(last).items()):
             for position, (fn, args) in enumerate(calls, start=len(groups[group])):
                 on_result((group, position), fn(*args))
         return
     context = multiprocessing.get_context("spawn")  # CUDA is initialized in this process: never fork
     outbox = context.Queue()
-    inboxes = [context.Queue() for _ in range(min(workers, max(len(groups), 1)))]
+    inboxes = [context.Queue() for _ in range(workers)]
     processes = [
-        context.Process(target=_serve, args=(i, inbox, outbox, device, tolerances, len(inboxes)), daemon=True)
+        context.Process(target=_serve, args=(i, inbox, outbox, device, tolerances, workers), daemon=True)
         for i, inbox in enumerate(inboxes)
     ]
     for process in processes:
         process.start()
     try:
-        if while_starting is not None:
-            while_starting()
-        _schedule(groups, extra, inboxes, outbox, processes, on_result)
+        groups, last = work()
+        _schedule(groups, _by_group(last), inboxes, outbox, processes, on_result)
     finally:
         for inbox, process in zip(inboxes, processes, strict=True):
             if process.is_alive():
@@ -118,6 +115,13 @@ def run_groups(
             process.join(timeout=5)  # every result is in: do not wait on a slow CUDA teardown
             if process.is_alive():
                 process.terminate()
+
+
+def _by_group(last: Sequence[tuple[int, Call]]) -> dict[int, list[Call]]:
+    extra: dict[int, list[Call]] = {}
+    for group, call in last:
+        extra.setdefault(group, []).append(call)
+    return extra
 
 
 def _schedule(

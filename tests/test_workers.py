@@ -28,14 +28,8 @@ def _fail(tag: str) -> None:
 def test_groups_stay_in_one_process_and_finals_run_last_where_their_group_ran(parity_tolerances):
     groups = [[(_where, (f"g{g}c{c}",)) for c in range(3 - g)] for g in range(3)]
     seen: list[tuple[tuple[int, int], tuple[str, int]]] = []
-    run_groups(
-        groups,
-        "cpu",
-        parity_tolerances,
-        2,
-        lambda at, result: seen.append((at, result)),
-        last=[(0, (_where, ("final0",))), (2, (_where, ("final2",)))],
-    )
+    finals = [(0, (_where, ("final0",))), (2, (_where, ("final2",)))]
+    run_groups(lambda: (groups, finals), "cpu", parity_tolerances, 2, lambda at, result: seen.append((at, result)))
     assert sorted(at for at, _ in seen) == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (2, 0), (2, 1)]
     pid = {tag: p for _, (tag, p) in seen}
     for g in range(3):
@@ -47,7 +41,9 @@ def test_groups_stay_in_one_process_and_finals_run_last_where_their_group_ran(pa
 
 def test_a_failing_call_stops_the_run_with_its_traceback(parity_tolerances):
     with pytest.raises(RuntimeError, match="broken call x"):
-        run_groups([[(_where, ("a",))], [(_fail, ("x",))]], "cpu", parity_tolerances, 2, lambda at, r: None)
+        run_groups(
+            lambda: ([[(_where, ("a",))], [(_fail, ("x",))]], []), "cpu", parity_tolerances, 2, lambda a, r: None
+        )
 
 
 def _verdicts(results: list[CaseResult]) -> dict[str, tuple[bool, dict[str, float]]]:
