@@ -202,19 +202,33 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     if not bar:
         _say(console, f"parity check: {len(jobs)} op x dtype runs on {args.device} ({profile.name} profile)")
     if problem is None and args.workers > 1:
-        from parity.workers import run_jobs
+        from parity.workers import check_groups, run_groups
 
-        def job_done(index: int, done: list[CaseResult]) -> None:
+        job_of: list[list[int]] = []  # the job index of each call, per group
+        expected: dict[int, int] = {}  # results per job: its cases x its implementations
+        ran: dict[int, list[CaseResult]] = {}
+
+        def work() -> Any:
+            groups, owners = check_groups(jobs, args.device, profile, tols, not args.forward_only, args.examples)
+            job_of.extend(owners)
+            for index in (i for calls in owners for i in calls):
+                expected[index] = expected.get(index, 0) + len(jobs[index][1])
+            return groups, []
+
+        def case_done(where: tuple[int, int], done: list[CaseResult]) -> None:
+            index = job_of[where[0]][where[1]]
+            ran.setdefault(index, []).extend(done)
             for result in done:
                 finished(result)
-            spec, _, dtype = jobs[index]
-            _say(
-                console,
-                f"done {spec.name} {dtype_name(dtype)}: {len(done)} cases, "
-                f"{sum(not r.passed for r in done)} failed ({time.monotonic() - started:.1f} s in all)",
-            )
+            if len(ran[index]) == expected[index]:
+                spec, _, dtype = jobs[index]
+                _say(
+                    console,
+                    f"done {spec.name} {dtype_name(dtype)}: {len(ran[index])} cases, "
+                    f"{sum(not r.passed for r in ran[index])} failed ({time.monotonic() - started:.1f} s in all)",
+                )
 
-        run_jobs(jobs, args.device, profile, tols, args.workers, not args.forward_only, args.examples, job_done)
+        run_groups(work, args.device, tols, args.workers, case_done)
     else:
         with Progress(console=console, transient=True, disable=not bar) as progress:
             task = progress.add_task("parity", total=len(jobs))

@@ -1,7 +1,7 @@
 """Spread parity work over worker processes on one device, so that what must still compile (Helion's code
 generation, Triton's LLVM and ptxas) runs on all CPU cores at once instead of one kernel after another:
-groups of calls that share their compiled kernels (:func:`run_groups`, used by the gate), or a check's
-(op, dtype) runs (:func:`run_jobs`).
+groups of calls that share their compiled kernels (:func:`run_groups`): a gate's cases, determinism reruns
+and timings, or a check's problems (:func:`check_groups`).
 
 Each worker is a spawned process that loads the registry once and keeps its own compiled kernels and its own
 oracle/baseline cache. A group runs entirely in one worker, so what its calls compile is compiled once, and a
@@ -11,19 +11,19 @@ name in the registry (:func:`resolve`): only registered ops can be spread.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import queue
 import traceback
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 import torch
 
-from parity.runner import CaseResult
+from parity.runner import CaseResult, run_problem
 from parity.spec import Impl, OpSpec, dtype_name, parse_dtype
-from parity.strategies import Profile, drive, get_profile
+from parity.strategies import Profile, plan
 from parity.tolerances import Tolerances
 
 _WORKER: dict[str, Any] = {}
@@ -177,46 +177,36 @@ def _schedule(
                 hand(owner.get(group, 0), group, calls)
 
 
-def _drive(
-    op: str, impls: Sequence[Impl], dtype: str, device: str, profile: str, backward: bool, max_examples: int | None
+def check_case(
+    spec: OpSpec | str,
+    impls: Sequence[Impl],
+    problem: dict,
+    seed: int,
+    dtype: str,
+    device: str,
+    tolerances: Tolerances,
+    backward: bool,
 ) -> list[CaseResult]:
-    results: list[CaseResult] = []
-    drive(
-        _WORKER["specs"][op],
-        impls,
-        parse_dtype(dtype),
-        device,
-        get_profile(profile),
-        _WORKER["tolerances"],
-        on_result=results.append,
-        raise_on_fail=False,
-        backward=backward,
-        max_examples=max_examples,
-    )
-    return results
+    """Every implementation of a check on one problem (they share its oracle and baseline runs)."""
+    return run_problem(resolve(spec), impls, problem, parse_dtype(dtype), seed, device, tolerances, backward)
 
 
-def run_jobs(
+def check_groups(
     jobs: Sequence[tuple[OpSpec, Sequence[Impl], torch.dtype]],
     device: str,
     profile: Profile,
     tolerances: Tolerances,
-    workers: int,
     backward: bool,
     max_examples: int | None,
-    on_job: Callable[[int, list[CaseResult]], None],
-) -> None:
-    """Drive each (spec, implementations, dtype) job (see parity.strategies.drive) in one of ``workers``
-    spawned processes; ``on_job(index into jobs, its results)`` as each job finishes."""
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(
-        workers, mp_context=context, initializer=_start, initargs=(device, tolerances, workers)
-    ) as pool:
-        futures = {
-            pool.submit(
-                _drive, spec.name, tuple(impls), dtype_name(dtype), device, profile.name, backward, max_examples
-            ): index
-            for index, (spec, impls, dtype) in enumerate(jobs)
-        }
-        for future in as_completed(futures):
-            on_job(futures[future], future.result())
+) -> tuple[list[list[Call]], list[list[int]]]:
+    """The problems of each (spec, implementations, dtype) job of ``parity check`` (those drive() checks),
+    grouped by op, dtype and compile key so that each group's kernels compile in one worker: the groups of
+    calls (largest first), and for each call the index of its job."""
+    keyed: dict[tuple[str, str, str], list[tuple[Call, int]]] = {}
+    for index, (spec, impls, dtype) in enumerate(jobs):
+        for problem, seed in plan(spec, profile, device, max_examples):
+            key = (spec.name, dtype_name(dtype), json.dumps(spec.compile_key(problem), default=str))
+            args = (spec.name, tuple(impls), problem, seed, dtype_name(dtype), device, tolerances, backward)
+            keyed.setdefault(key, []).append(((check_case, args), index))
+    ordered = sorted(keyed.values(), key=len, reverse=True)
+    return [[call for call, _ in group] for group in ordered], [[index for _, index in group] for group in ordered]

@@ -415,9 +415,9 @@ def test_gate_and_promote_in_fp16_pass_a_correct_helion_kernel_with_progress(tmp
     assert verify.returncode == 0 and "float16 bucket=gs512" in verify.stdout and verify.stdout.rstrip().endswith("OK")
 
 
-def test_check_with_workers_runs_each_op_dtype_in_its_own_process(tmp_path):
-    """--workers 2: the two (op, dtype) runs go to two spawned processes; every case is reported, with one
-    "done" line per run, and the JSON holds the same cases a one-process run gives."""
+def test_check_with_workers_gives_the_cases_of_one_process(tmp_path):
+    """--workers 2: the problems, grouped by op, dtype and compile key, run in two spawned processes; every case
+    is reported, with one "done" line per op x dtype, and the JSON holds the same cases a one-process run gives."""
     runs = {}
     for workers in ("1", "2"):
         out = tmp_path / f"w{workers}.json"
