@@ -4,6 +4,7 @@ parametrized test case per registered op, implementation and dtype (any test tha
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +17,14 @@ from parity.spec import Impl, OpSpec, dtype_name
 
 @dataclass(frozen=True)
 class ParityCase:
-    """One (op, implementation, dtype) combination to drive through hypothesis."""
+    """One (op, implementation, dtype) combination: driven through hypothesis (CPU), or on the GPU judged on
+    ``problems``, one compile group of the profile's problems (JSON, seed), so that a group's kernels compile
+    in one pytest-xdist worker and the groups of the heavy ops spread over all of them."""
 
     spec: OpSpec
     impl: Impl
     dtype_name: str
+    problems: tuple[tuple[str, int], ...] = ()
 
 
 _START = pytest.StashKey[float]()
@@ -97,16 +101,31 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for name, spec in sorted(registry.load().items()):
         if wanted and name not in wanted:
             continue
+        # One process per op shares the oracle and baseline runs of the op's problems among its implementations;
+        # on the GPU, one process per op, dtype and compile group (parity.spec.OpSpec.compile_key).
+        groups: list[tuple[tuple[str, int], ...]] = [()]
+        if on_gpu:
+            from parity.strategies import plan
+
+            keyed: dict[str, list[tuple[str, int]]] = {}
+            for problem, seed in plan(spec, profile, "cuda"):
+                key = json.dumps(spec.compile_key(problem), default=str)
+                keyed.setdefault(key, []).append((json.dumps(problem, sort_keys=True), seed))
+            groups = [tuple(g) for g in keyed.values()]
         for impl in spec.impls().values():
             for dtype in spec.dtypes:
                 if not profile.wants(dtype_name(dtype)):
                     continue
-                marks = [pytest.mark.gpu] if on_gpu else []
-                # One process per op (per op and dtype on the GPU, whose many cores compile in parallel) shares
-                # the oracle and baseline runs of the op's problems among its implementations.
-                marks.append(pytest.mark.xdist_group(f"{name}-{dtype_name(dtype)}" if on_gpu else name))
-                case = ParityCase(spec, impl, dtype_name(dtype))
-                params.append(pytest.param(case, id=f"{name}-{impl.name}-{case.dtype_name}", marks=marks))
+                for number, problems in enumerate(groups):
+                    where = f"{name}-{dtype_name(dtype)}-g{number}" if on_gpu else name
+                    marks = (
+                        [pytest.mark.gpu, pytest.mark.xdist_group(where)]
+                        if on_gpu
+                        else [pytest.mark.xdist_group(where)]
+                    )
+                    case = ParityCase(spec, impl, dtype_name(dtype), problems)
+                    test_id = f"{name}-{impl.name}-{case.dtype_name}" + (f"-g{number}" if on_gpu else "")
+                    params.append(pytest.param(case, id=test_id, marks=marks))
     metafunc.parametrize("parity_case", params)
 
 
