@@ -76,10 +76,12 @@ def bmm_chunk_args(
         )
     if b.shape != a.shape:
         raise ValueError(f"b must have the shape of a {tuple(a.shape)}, got {tuple(b.shape)}")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     if seq_idx is not None and seq_idx.shape != a.shape[:2]:
         raise ValueError(f"seq_idx must have shape {tuple(a.shape[:2])}, got {tuple(seq_idx.shape)}")
+    if seq_idx is not None and (seq_idx.is_floating_point() or seq_idx.is_complex() or seq_idx.dtype == torch.bool):
+        raise TypeError(f"seq_idx must be an integer tensor, got {seq_idx.dtype}")
     a4, b4 = (a, b) if a.dim() == 4 else (a.unsqueeze(2), b.unsqueeze(2))
     dot_dtype = a.dtype if a.dtype == b.dtype else torch.float32
     out_dtype = a.dtype if output_dtype is None else output_dtype

@@ -130,13 +130,15 @@ def chunk_cumsum_args(
     passes to ``chunk_cumsum_kernel.autotune``)."""
     if dt.dim() != 3 or math.prod(dt.shape) == 0:
         raise ValueError(f"dt must be a non-empty (batch, seqlen, nheads), got shape {tuple(dt.shape)}")
+    if not dt.is_floating_point():
+        raise TypeError(f"dt must be a floating-point tensor, got {dt.dtype}")
     nheads = dt.shape[2]
     if A.shape != (nheads,):
         raise ValueError(f"A must have shape ({nheads},), got {tuple(A.shape)}")
     if dt_bias is not None and dt_bias.shape != (nheads,):
         raise ValueError(f"dt_bias must have shape ({nheads},), got {tuple(dt_bias.shape)}")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     return (
         dt,
         A,

@@ -129,8 +129,8 @@ def chunk_scan_args(
         raise ValueError(f"C must be (batch={batch}, seqlen={seqlen}, ngroups, dstate), got {tuple(C.shape)}")
     ngroups, dstate = C.shape[2:]
     if nheads % ngroups:
-        raise ValueError(f"nheads {nheads} is not a multiple of ngroups {ngroups}")
-    if dt.dim() != 4 or dt.shape[:2] != (batch, nheads) or dt.shape[2] != -(-seqlen // dt.shape[3]):
+        raise ValueError(f"nheads {nheads} is not a multiple of ngroups {ngroups} (C's group dimension)")
+    if dt.dim() != 4 or dt.shape[:2] != (batch, nheads) or dt.shape[3] < 1 or dt.shape[2] != -(-seqlen // dt.shape[3]):
         raise ValueError(
             f"dt must be (batch={batch}, nheads={nheads}, nchunks, chunk_size) covering seqlen "
             f"{seqlen}, got {tuple(dt.shape)}"
@@ -152,6 +152,8 @@ def chunk_scan_args(
         raise ValueError(f"z must have the shape of x {tuple(x.shape)}, got {tuple(z.shape)}")
     if seq_idx is not None and seq_idx.shape != (batch, seqlen):
         raise ValueError(f"seq_idx must have shape {(batch, seqlen)}, got {tuple(seq_idx.shape)}")
+    if seq_idx is not None and (seq_idx.is_floating_point() or seq_idx.is_complex() or seq_idx.dtype == torch.bool):
+        raise TypeError(f"seq_idx must be an integer tensor, got {seq_idx.dtype}")
     return (cb, x, dt, dA_cumsum, C, states, D, z, seq_idx)
 
 

@@ -239,9 +239,11 @@ def _check_common(
     m, n = x.shape
     if m < 1 or n < 1:
         raise ValueError(f"x must not be empty, got shape {tuple(x.shape)}")
-    group_size = n if group_size is None else int(group_size)
-    if group_size < 1 or n % group_size != 0:
-        raise ValueError(f"group_size {group_size} does not divide N = {n}")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
+    group_size = n if group_size is None else group_size
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 or n % group_size != 0:
+        raise ValueError(f"group_size must be a positive divisor of the last dimension {n} of x, got {group_size!r}")
     if x.stride(-1) != 1:
         raise ValueError("x must be contiguous in its last dimension")
     if z is not None and (z.shape != x.shape or z.stride(-1) != 1):

@@ -114,13 +114,17 @@ def state_passing_args(
         raise ValueError(f"initial_states must have shape {(batch, nheads, dim)}, got {tuple(initial_states.shape)}")
     if seq_idx is not None:
         if chunk_size is None:
-            raise ValueError("seq_idx needs chunk_size")
+            raise ValueError("chunk_size is required with seq_idx")
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if seq_idx.dim() != 2 or seq_idx.shape[0] != batch:
             raise ValueError(f"seq_idx must be (batch={batch}, seqlen), got shape {tuple(seq_idx.shape)}")
         if -(-seq_idx.shape[1] // chunk_size) != nchunks:
             raise ValueError(
                 f"seq_idx of length {seq_idx.shape[1]} with chunk_size {chunk_size} does not give {nchunks} chunks"
             )
+        if seq_idx.is_floating_point() or seq_idx.is_complex() or seq_idx.dtype == torch.bool:
+            raise TypeError(f"seq_idx must be an integer tensor, got {seq_idx.dtype}")
     return (
         states,
         dA_chunk_cumsum,

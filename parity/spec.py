@@ -186,6 +186,30 @@ def size_one_key(problem: Problem) -> Hashable:
 
 
 @dataclass(frozen=True)
+class ErrorInput:
+    """An invalid call of an op, in the spirit of OpInfo's error inputs: every implementation must reject it up
+    front (before any kernel launch) with ``error_type`` and a message that names ``argument`` as a word and
+    matches the regex ``match``.
+
+    make: device -> the call's keyword arguments (tiny tensors: the call must fail before any work).
+    argument: the offending keyword argument (a key of what ``make`` returns).
+    accepted_by: names of implementations (``Impl.name``) that accept the call by design and must return
+        normally, e.g. a pure-PyTorch reference without the kernels' block-size limit; ``description`` says why.
+    """
+
+    description: str
+    make: Callable[[torch.device], dict[str, Any]]
+    argument: str
+    error_type: type[Exception] = ValueError
+    match: str = ""
+    accepted_by: tuple[str, ...] = ()
+
+    def expected(self, impl: str) -> type[Exception] | None:
+        """The exception type implementation ``impl`` must raise; None if it must accept the call."""
+        return None if impl in self.accepted_by else self.error_type
+
+
+@dataclass(frozen=True)
 class OpSpec:
     """Everything the engine needs to check one op.
 
@@ -205,6 +229,8 @@ class OpSpec:
     compile_key: what of a problem selects the compiled kernels it runs (constexpr sizes, optional
         inputs, flags): problems with equal keys share every compilation, so a spread-out gate runs them
         in one worker (parity.workers).
+    error_inputs: invalid calls that the reference, the baseline and the default-config candidate must reject
+        alike, before any kernel runs (:class:`ErrorInput`; checked by tests/test_error_inputs.py).
     """
 
     name: str
@@ -226,6 +252,7 @@ class OpSpec:
     check_problem: ProblemCheck | None = None
     compile_key: Callable[[Problem], Hashable] = size_one_key
     description: str = ""
+    error_inputs: tuple[ErrorInput, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def validate(self, problem: Any, dtypes: Sequence[torch.dtype] | None = None) -> None:

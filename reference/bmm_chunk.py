@@ -4,7 +4,21 @@ from __future__ import annotations
 
 import torch
 
+from reference import checks
 from reference.chunk_cumsum import compute_dtype, per_chunk
+
+
+def check_bmm_chunk(a: torch.Tensor, b: torch.Tensor, chunk_size: int, seq_idx: torch.Tensor | None = None) -> None:
+    """Reject invalid arguments of :func:`bmm_chunk_fwd` up front (ValueError/TypeError naming the argument);
+    the Triton adapter runs the same checks."""
+    if a.dim() not in (3, 4) or a.numel() == 0:
+        raise ValueError(
+            f"a must be a non-empty (batch, seqlen, k) or (batch, seqlen, ngroups, k), got shape {tuple(a.shape)}"
+        )
+    checks.shape("b", b, tuple(a.shape))
+    checks.chunk_size(chunk_size)
+    checks.shape("seq_idx", seq_idx, tuple(a.shape[:2]))
+    checks.integer_tensor("seq_idx", seq_idx)
 
 
 def bmm_chunk_fwd(
@@ -23,8 +37,7 @@ def bmm_chunk_fwd(
     the diagonal and leaves them unwritten (uninitialized memory from ``torch.empty``); blocks it does
     write hold the full product, above the diagonal too. So only out[..., i, j] with i >= j is defined
     for causal=True, and this reference returns the full product everywhere."""
-    if b.shape != a.shape:
-        raise ValueError(f"a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    check_bmm_chunk(a, b, chunk_size, seq_idx)
     has_groups = a.dim() == 4
     dtype = compute_dtype(a, b)
     ac, bc = per_chunk(a.to(dtype), chunk_size), per_chunk(b.to(dtype), chunk_size)

@@ -12,6 +12,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from reference import checks
+
 SOFTPLUS_THRESHOLD = 20.0
 """mamba-ssm applies softplus only where dt <= 20 and passes larger values through."""
 
@@ -28,6 +30,16 @@ def per_chunk(t: torch.Tensor, chunk_size: int, value: float = 0.0) -> torch.Ten
     return t.reshape(t.shape[0], nchunks, chunk_size, *t.shape[2:])
 
 
+def check_chunk_cumsum(dt: torch.Tensor, A: torch.Tensor, chunk_size: int, dt_bias: torch.Tensor | None = None) -> None:
+    """Reject invalid arguments of :func:`chunk_cumsum_fwd` up front (ValueError/TypeError naming the argument);
+    the Triton adapter runs the same checks."""
+    _, _, nheads = checks.sizes("dt", dt, "(batch, seqlen, nheads)", 3)
+    checks.floating_tensor("dt", dt)
+    checks.shape("A", A, (nheads,))
+    checks.shape("dt_bias", dt_bias, (nheads,))
+    checks.chunk_size(chunk_size)
+
+
 def chunk_cumsum_fwd(
     dt: torch.Tensor,
     A: torch.Tensor,
@@ -39,11 +51,7 @@ def chunk_cumsum_fwd(
     """dt (b, l, h), A (h,) -> (dA_cumsum, dt_out), both (b, h, nchunks, chunk_size) in fp32 (fp64 for fp64
     input). dt_out is dt + bias, softplus'd where <= 20, clamped to dt_limit, and zero past seqlen in the
     ragged last chunk; dA_cumsum is the in-chunk cumsum of dt_out * A, so it stays flat past seqlen."""
-    _, _, nheads = dt.shape
-    if A.shape != (nheads,):
-        raise ValueError(f"A must have shape ({nheads},), got {tuple(A.shape)}")
-    if dt_bias is not None and dt_bias.shape != (nheads,):
-        raise ValueError(f"dt_bias must have shape ({nheads},), got {tuple(dt_bias.shape)}")
+    check_chunk_cumsum(dt, A, chunk_size, dt_bias)
     dtype = compute_dtype(dt, A, dt_bias)
     d = dt.to(dtype)
     if dt_bias is not None:

@@ -6,6 +6,30 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from reference import checks
+
+
+def check_layernorm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    z: torch.Tensor | None = None,
+    group_size: int | None = None,
+) -> int:
+    """Reject invalid arguments of :func:`layernorm_fn` up front (ValueError/TypeError naming the argument) and
+    return the group size; the Triton adapter runs the same checks."""
+    if x.dim() < 1 or x.numel() == 0:
+        raise ValueError(f"x must be a non-empty (..., N), got shape {tuple(x.shape)}")
+    checks.floating_tensor("x", x)
+    n = x.shape[-1]
+    group_size = n if group_size is None else group_size
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 or n % group_size:
+        raise ValueError(f"group_size must be a positive divisor of the last dimension {n} of x, got {group_size!r}")
+    checks.shape("weight", weight, (n,))
+    checks.shape("bias", bias, (n,))
+    checks.shape("z", z, tuple(x.shape))
+    return group_size
+
 
 def layernorm_fn(
     x: torch.Tensor,
@@ -23,14 +47,8 @@ def layernorm_fn(
     (LayerNorm: mean and biased variance; RMSNorm: mean square), then y = x_hat * weight + bias.
     With z: y = norm(x) * silu(z) if norm_before_gate, else norm(x * silu(z)). Statistics in fp32,
     fp64 when any input is fp64."""
+    group_size = check_layernorm(x, weight, bias, z, group_size)
     n = x.shape[-1]
-    group_size = n if group_size is None else group_size
-    if n % group_size:
-        raise ValueError(f"the last dimension {n} is not a multiple of group_size {group_size}")
-    if weight.shape != (n,) or (bias is not None and bias.shape != (n,)):
-        raise ValueError(f"weight and bias must have shape ({n},)")
-    if z is not None and z.shape != x.shape:
-        raise ValueError(f"z must have the shape of x {tuple(x.shape)}, got {tuple(z.shape)}")
     wide = (
         torch.float64
         if any(t is not None and t.dtype == torch.float64 for t in (x, weight, bias, z))

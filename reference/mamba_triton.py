@@ -17,6 +17,13 @@ gradient has no Triton wrapper of its own is said in each op's docstring.
 :data:`FORWARD_WRAPPERS` and :data:`BACKWARD_WRAPPERS` name every raw kernel wrapper (name -> mamba-ssm
 module); :func:`wrapper` returns one ready to call on the device of its arguments, and the names are
 also attributes of this module (``mamba_triton._chunk_scan_bwd_dx(...)``).
+
+Up-front checks: each op first runs its reference's argument checks (``reference/<op>.py``, built from
+:mod:`reference.checks`), so that an invalid call fails with the ValueError or TypeError that the reference
+and the Helion port raise, naming the argument, before mamba-ssm's wrapper runs: mamba-ssm checks with bare
+``assert`` (an AssertionError naming nothing) or not at all (a ZeroDivisionError for chunk_size 0, an
+unpacking error for a wrong rank, a kernel reading out of bounds for a wrong shape it does not assert). The
+gated norm also rejects a group wider than one 64 KiB block with mamba-ssm's RuntimeError, named here.
 """
 
 from __future__ import annotations
@@ -34,6 +41,13 @@ import torch
 
 from parity.errors import ParityError
 from reference import _triton_shims
+from reference.bmm_chunk import check_bmm_chunk
+from reference.chunk_cumsum import check_chunk_cumsum
+from reference.chunk_scan import check_chunk_scan
+from reference.chunk_state import check_chunk_state
+from reference.layernorm_gated import check_layernorm
+from reference.ssd_combined import check_combined
+from reference.state_passing import check_state_passing
 
 FORWARD_WRAPPERS: dict[str, str] = {
     "_chunk_cumsum_fwd": "ssd_chunk_state",
@@ -311,6 +325,7 @@ def chunk_cumsum_fwd(
     """``_chunk_cumsum_fwd`` -> (dA_cumsum, dt_out), both (b, h, c, cs) fp32. Backward:
     ``_chunk_cumsum_bwd`` (dt, A, dt_bias), after the glue that turns the dA_cumsum gradient into the
     per-step gradient the kernel takes (the flip-cumsum-flip of mamba's combined backward)."""
+    check_chunk_cumsum(dt, A, chunk_size, dt_bias)
     prepare(dt, A, dt_bias)
     return _ChunkCumsum.apply(dt, A, chunk_size, dt_bias, dt_softplus, tuple(dt_limit))
 
@@ -373,6 +388,7 @@ def chunk_state_fwd(
     ``_chunk_scan_chunk_state_bwd_dx`` (zero chunk-scan inputs), dA_cumsum from
     ``_chunk_state_bwd_ddAcs_stable`` plus the per-step -> cumulative glue, B from
     ``_chunk_state_bwd_db``."""
+    check_chunk_state(B, x, dt, dA_cumsum, seq_idx)
     prepare(B, x, dt, dA_cumsum, seq_idx)
     return _ChunkState.apply(B, x, dt, dA_cumsum, seq_idx, states_in_fp32)
 
@@ -444,6 +460,7 @@ def state_passing_fwd(
     """``_state_passing_fwd`` -> (out (b, c, h, d) in out_dtype or states.dtype, final_states fp32).
     Backward: ``_state_passing_bwd`` (states, dA_chunk_cumsum, initial_states), fed the chunk-entry
     states in states.dtype (recomputed when out_dtype is narrower, as mamba's combined backward does)."""
+    check_state_passing(states, dA_chunk_cumsum, initial_states, seq_idx, chunk_size)
     prepare(states, dA_chunk_cumsum, initial_states, seq_idx)
     return _StatePassing.apply(states, dA_chunk_cumsum, initial_states, seq_idx, chunk_size, out_dtype)
 
@@ -507,6 +524,7 @@ def bmm_chunk_fwd(
     ``_bmm_chunk_bwd`` calls (b, then a with dout transposed), as in mamba's combined backward, after
     the glue that zeroes dout where the forward output is zero by construction (across sequences) or
     undefined (above the diagonal with causal=True)."""
+    check_bmm_chunk(a, b, chunk_size, seq_idx)
     prepare(a, b, seq_idx)
     return _BmmChunk.apply(a, b, chunk_size, seq_idx, causal, output_dtype)
 
@@ -592,6 +610,7 @@ def chunk_scan_fwd(
     source of dD in mamba's ChunkScanFn without z; the dz kernel's dD would miss out_x's gradient).
     As in mamba, the cb gradient is zero across sequences with seq_idx (``_chunk_scan_bwd_dcb`` masks it,
     the cb mamba feeds in being zero there), although the forward uses cb as given."""
+    check_chunk_scan(cb, x, dt, dA_cumsum, C, states, D, z, seq_idx)
     prepare(cb, x, dt, dA_cumsum, C, states, D, z, seq_idx)
     return _ChunkScan.apply(cb, x, dt, dA_cumsum, C, states, D, z, seq_idx)
 
@@ -620,6 +639,7 @@ def mamba_chunk_scan_combined(
 ) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """mamba-ssm's ``mamba_chunk_scan_combined`` (MambaChunkScanCombinedFn: its own forward and
     ``_mamba_chunk_scan_combined_bwd``; no backward with return_varlen_states, as in mamba)."""
+    check_combined(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, return_varlen_states)
     prepare(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens)
     return _module("ssd_combined").mamba_chunk_scan_combined(
         x,
@@ -641,6 +661,20 @@ def mamba_chunk_scan_combined(
     )
 
 
+NORM_BLOCK_BYTES = 65536
+"""mamba-ssm's gated norm holds one group in one block of at most 64 KiB (``_layer_norm_fwd``'s MAX_FUSED_SIZE)."""
+
+
+def _check_norm(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None, group_size: int | None
+) -> None:
+    """The reference's checks, and mamba-ssm's one-block limit with its RuntimeError naming group_size (mamba-ssm
+    says only "feature dim >= 64KB")."""
+    group_size = check_layernorm(x, weight, bias, z, group_size)
+    if group_size > NORM_BLOCK_BYTES // x.element_size():
+        raise RuntimeError(f"group_size {group_size} exceeds one block of {NORM_BLOCK_BYTES} bytes")
+
+
 def layernorm_fn(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -652,6 +686,7 @@ def layernorm_fn(
     is_rms_norm: bool = False,
 ) -> torch.Tensor:
     """mamba-ssm's gated ``layernorm_fn`` (LayerNormFn: ``_layer_norm_fwd`` / ``_layer_norm_bwd``)."""
+    _check_norm(x, weight, bias, z, group_size)
     prepare(x, weight, bias, z)
     return _module("layernorm_gated").layernorm_fn(
         x, weight, bias, z=z, eps=eps, group_size=group_size, norm_before_gate=norm_before_gate, is_rms_norm=is_rms_norm
@@ -668,6 +703,7 @@ def rmsnorm_fn(
     norm_before_gate: bool = True,
 ) -> torch.Tensor:
     """mamba-ssm's gated ``rmsnorm_fn`` (LayerNormFn with is_rms_norm=True)."""
+    _check_norm(x, weight, bias, z, group_size)
     prepare(x, weight, bias, z)
     return _module("layernorm_gated").rmsnorm_fn(
         x, weight, bias, z=z, eps=eps, group_size=group_size, norm_before_gate=norm_before_gate

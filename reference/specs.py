@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from parity.errors import ParityError
 from parity.registry import register
 from parity.spec import (
+    ErrorInput,
     FieldCheck,
     Impl,
     OpSpec,
@@ -533,6 +534,204 @@ def norm_inputs(p: Problem, dtype: torch.dtype, seed: int, device: torch.device)
 
 
 # ---------------------------------------------------------------------------------------------
+# Error inputs: invalid calls that the reference, the Triton adapter and the Helion port reject alike, before any
+# kernel runs (tests/test_error_inputs.py). Each starts from a valid call on tiny tensors (batch 1, seqlen 6 in
+# two chunks of 4, 2 heads in 1 group, headdim 4, dstate 4) and breaks one argument.
+
+
+def _full(*shape: int, dtype: torch.dtype = torch.float32) -> Callable[[torch.device], torch.Tensor]:
+    """device -> a tensor of ``shape`` filled with 0.5 (an integer dtype: zeros)."""
+    return lambda device: torch.full(shape, 0 if not dtype.is_floating_point else 0.5, dtype=dtype, device=device)
+
+
+def _seq(length: int, dtype: torch.dtype = torch.int32) -> Callable[[torch.device], torch.Tensor]:
+    """device -> seq_idx (1, length): one sequence."""
+    return lambda device: torch.zeros(1, length, dtype=dtype, device=device)
+
+
+def _error_inputs(
+    valid: dict[str, Any], cases: list[tuple[str, str, dict[str, Any], str] | tuple[str, str, dict[str, Any], str, Any]]
+) -> tuple[ErrorInput, ...]:
+    """ErrorInputs from a valid call and (description, offending argument, changed arguments, match[, error
+    type]) rows; a changed value that is callable is called with the device (a tensor maker)."""
+
+    def maker(changes: dict[str, Any]) -> Callable[[torch.device], dict[str, Any]]:
+        def make(device: torch.device) -> dict[str, Any]:
+            return {k: v(device) if callable(v) else v for k, v in {**valid, **changes}.items()}
+
+        return make
+
+    return tuple(
+        ErrorInput(
+            description=row[0],
+            argument=row[1],
+            make=maker(row[2]),
+            match=row[3],
+            error_type=row[4] if len(row) > 4 else ValueError,
+        )
+        for row in cases
+    )
+
+
+_CS = {"dt": _full(1, 6, 2), "A": _full(2), "chunk_size": 4}
+_STATE = {"B": _full(1, 6, 1, 4), "x": _full(1, 6, 2, 4), "dt": _full(1, 2, 2, 4), "dA_cumsum": _full(1, 2, 2, 4)}
+_PASS = {"states": _full(1, 2, 2, 16), "dA_chunk_cumsum": _full(1, 2, 2), "chunk_size": 4}
+_BMM = {"a": _full(1, 6, 1, 4), "b": _full(1, 6, 1, 4), "chunk_size": 4}
+_SCAN = {
+    "cb": _full(1, 2, 1, 4, 4),
+    "x": _full(1, 6, 2, 4),
+    "dt": _full(1, 2, 2, 4),
+    "dA_cumsum": _full(1, 2, 2, 4),
+    "C": _full(1, 6, 1, 4),
+    "states": _full(1, 2, 2, 4, 4),
+}
+_COMBINED = {
+    "x": _full(1, 6, 2, 4),
+    "dt": _full(1, 6, 2),
+    "A": _full(2),
+    "B": _full(1, 6, 1, 4),
+    "C": _full(1, 6, 1, 4),
+    "chunk_size": 4,
+}
+_NORM = {"x": _full(3, 8), "weight": _full(8), "bias": None, "group_size": 4, "eps": 1e-5}
+
+ERROR_INPUTS: dict[str, tuple[ErrorInput, ...]] = {
+    "chunk_cumsum": _error_inputs(
+        _CS,
+        [
+            ("dt of rank 4", "dt", {"dt": _full(1, 6, 2, 1)}, "non-empty"),
+            ("integer dt", "dt", {"dt": _full(1, 6, 2, dtype=torch.int32)}, "floating-point", TypeError),
+            ("A of 3 heads, dt of 2", "A", {"A": _full(3)}, "shape"),
+            ("dt_bias of 3 heads, dt of 2", "dt_bias", {"dt_bias": _full(3)}, "shape"),
+            ("chunk_size 0", "chunk_size", {"chunk_size": 0}, "positive"),
+            ("negative chunk_size", "chunk_size", {"chunk_size": -4}, "positive"),
+        ],
+    ),
+    "chunk_state": _error_inputs(
+        _STATE,
+        [
+            ("x of rank 3", "x", {"x": _full(1, 6, 8)}, "non-empty"),
+            ("3 groups for 2 heads", "B", {"B": _full(1, 6, 3, 4)}, "not a multiple of ngroups"),
+            ("B one position short of x", "B", {"B": _full(1, 5, 1, 4)}, "seqlen=6"),
+            (
+                "dt of 1 chunk for 6 positions",
+                "dt",
+                {"dt": _full(1, 2, 1, 4), "dA_cumsum": _full(1, 2, 1, 4)},
+                "covering",
+            ),
+            ("dA_cumsum of another chunk size than dt", "dA_cumsum", {"dA_cumsum": _full(1, 2, 2, 8)}, "shape"),
+            ("seq_idx one position short", "seq_idx", {"seq_idx": _seq(5)}, "shape"),
+            ("float seq_idx", "seq_idx", {"seq_idx": _seq(6, torch.float32)}, "integer tensor", TypeError),
+        ],
+    ),
+    "state_passing": _error_inputs(
+        _PASS,
+        [
+            ("states of rank 3", "states", {"states": _full(1, 2, 32)}, "non-empty"),
+            (
+                "dA_chunk_cumsum of 3 chunks, states of 2",
+                "dA_chunk_cumsum",
+                {"dA_chunk_cumsum": _full(1, 2, 3)},
+                "shape",
+            ),
+            ("initial_states of another dim", "initial_states", {"initial_states": _full(1, 2, 8)}, "shape"),
+            ("seq_idx without chunk_size", "chunk_size", {"seq_idx": _seq(6), "chunk_size": None}, "required"),
+            ("chunk_size 0 with seq_idx", "chunk_size", {"seq_idx": _seq(6), "chunk_size": 0}, "positive"),
+            ("seq_idx of 3 chunks, states of 2", "seq_idx", {"seq_idx": _seq(9)}, "does not give 2 chunks"),
+            ("float seq_idx", "seq_idx", {"seq_idx": _seq(6, torch.float32)}, "integer tensor", TypeError),
+        ],
+    ),
+    "bmm_chunk": _error_inputs(
+        _BMM,
+        [
+            ("a of rank 2", "a", {"a": _full(6, 4), "b": _full(6, 4)}, "non-empty"),
+            ("b of another width than a", "b", {"b": _full(1, 6, 1, 5)}, "shape"),
+            ("chunk_size 0", "chunk_size", {"chunk_size": 0}, "positive"),
+            ("negative chunk_size", "chunk_size", {"chunk_size": -1}, "positive"),
+            ("seq_idx one position short", "seq_idx", {"seq_idx": _seq(5)}, "shape"),
+            ("float seq_idx", "seq_idx", {"seq_idx": _seq(6, torch.float32)}, "integer tensor", TypeError),
+        ],
+    ),
+    "chunk_scan": _error_inputs(
+        _SCAN,
+        [
+            ("x of rank 3", "x", {"x": _full(1, 6, 8)}, "non-empty"),
+            ("3 groups for 2 heads", "C", {"C": _full(1, 6, 3, 4)}, "not a multiple of ngroups"),
+            (
+                "dt of 3 chunks for 6 positions",
+                "dt",
+                {"dt": _full(1, 2, 3, 4), "dA_cumsum": _full(1, 2, 3, 4)},
+                "covering",
+            ),
+            ("cb of another chunk size", "cb", {"cb": _full(1, 2, 1, 4, 3)}, "shape"),
+            ("states of another dstate than C", "states", {"states": _full(1, 2, 2, 4, 5)}, "shape"),
+            ("D of 3 heads", "D", {"D": _full(3)}, "shape"),
+            ("z of another headdim than x", "z", {"z": _full(1, 6, 2, 5)}, "shape"),
+            ("float seq_idx", "seq_idx", {"seq_idx": _seq(6, torch.float32)}, "integer tensor", TypeError),
+        ],
+    ),
+    "ssd_combined": _error_inputs(
+        _COMBINED,
+        [
+            ("x of rank 3", "x", {"x": _full(1, 6, 8)}, "non-empty"),
+            ("chunk_size 0", "chunk_size", {"chunk_size": 0}, "positive"),
+            ("negative chunk_size", "chunk_size", {"chunk_size": -16}, "positive"),
+            ("dt of 3 heads, x of 2", "dt", {"dt": _full(1, 6, 3)}, "shape"),
+            ("integer dt", "dt", {"dt": _full(1, 6, 2, dtype=torch.int64)}, "floating-point", TypeError),
+            ("A of 3 heads", "A", {"A": _full(3)}, "shape"),
+            (
+                "3 groups for 2 heads",
+                "B",
+                {"B": _full(1, 6, 3, 4), "C": _full(1, 6, 3, 4)},
+                "not a multiple of ngroups",
+            ),
+            ("C of another dstate than B", "C", {"C": _full(1, 6, 1, 5)}, "shape"),
+            ("D of another headdim", "D", {"D": _full(2, 5)}, "shape"),
+            ("z of another headdim than x", "z", {"z": _full(1, 6, 2, 5)}, "shape"),
+            ("dt_bias of 3 heads", "dt_bias", {"dt_bias": _full(3)}, "shape"),
+            ("initial_states of another dstate", "initial_states", {"initial_states": _full(1, 2, 4, 5)}, "shape"),
+            ("seq_idx one position short", "seq_idx", {"seq_idx": _seq(5)}, "shape"),
+            ("float seq_idx", "seq_idx", {"seq_idx": _seq(6, torch.float32)}, "integer tensor", TypeError),
+            (
+                "varlen states without cu_seqlens",
+                "cu_seqlens",
+                {"return_varlen_states": True, "cu_seqlens": None},
+                "must be provided",
+            ),
+        ],
+    ),
+    "layernorm_gated": (
+        *_error_inputs(
+            _NORM,
+            [
+                ("group_size 3 of a width of 8", "group_size", {"group_size": 3}, "positive divisor"),
+                ("group_size 0", "group_size", {"group_size": 0}, "positive divisor"),
+                ("weight of width 7, x of 8", "weight", {"weight": _full(7)}, "shape"),
+                ("bias of width 7, x of 8", "bias", {"bias": _full(7)}, "shape"),
+                ("z of width 7, x of 8", "z", {"z": _full(3, 7)}, "shape"),
+                ("integer x", "x", {"x": _full(3, 8, dtype=torch.int64)}, "floating-point", TypeError),
+            ],
+        ),
+        ErrorInput(
+            description="a group of 16400 fp32 values (65600 bytes), wider than the kernels' one block of 64 KiB: the "
+            "pure-PyTorch reference has no block and computes it",
+            argument="group_size",
+            make=lambda device: {
+                "x": torch.full((1, 16400), 0.5, device=device),
+                "weight": torch.ones(16400, device=device),
+                "bias": None,
+                "group_size": 16400,
+            },
+            error_type=RuntimeError,
+            match="exceeds one block",
+            accepted_by=("torch",),
+        ),
+    ),
+}
+"""Every op's error inputs (OpSpec.error_inputs)."""
+
+
+# ---------------------------------------------------------------------------------------------
 # Registration
 
 
@@ -705,6 +904,7 @@ for _name, (_fn, _inputs, _outputs, _grads, _features) in SSD_OPS.items():
             bucket=ssd_bucket,
             relayout_inputs=("x", "dt", "B", "C", "z") if _name == "ssd_combined" else (),
             compile_key=ssd_compile_key,
+            error_inputs=ERROR_INPUTS[_name],
             # The combined op interprets five kernels forward and backward: on CPU one generated problem on
             # top of the three pinned ones keeps the suite within its 10 minutes.
             extra={
@@ -785,6 +985,7 @@ register(
         bucket=lambda p: f"gs{p['group_size']}",  # = kernels.layernorm_gated.store_bucket
         relayout_inputs=("x", "z"),
         compile_key=lambda p: (p["group_size"], size_one_key(p)),  # group_size is specialized (hl.specialize)
+        error_inputs=ERROR_INPUTS["layernorm_gated"],
         extra={"flops": lambda p: 0.0, "tuning_configs": _norm_tuning_configs},
         **_impls("layernorm_gated", "layernorm_fn"),
     )
