@@ -208,9 +208,15 @@ def _pin(tuner: Any) -> None:
             }
         )
         label = f"{name}[{','.join(floats)}]"
-        if label not in chosen and (own := _own_config(every, _recorded().get(label))) is not None:
-            chosen[label] = own
-            BASELINE_CONFIGS[label] = f"{own} (recorded in {AUTOTUNE_RECORD.name})"
+        if label not in chosen:
+            recorded = _recorded()
+            # This dtype set's own choice, else the kernel's choice for another dtype set (block sizes do not change
+            # what it computes; one that does not fit falls back to autotuning below): without it every worker of
+            # a run would autotune each kernel anew for a dtype set the record lacks.
+            source = label if label in recorded else min((k for k in recorded if k.startswith(f"{name}[")), default="")
+            if (own := _own_config(every, recorded.get(source))) is not None:
+                chosen[label] = own
+                BASELINE_CONFIGS[label] = f"{own} (recorded in {AUTOTUNE_RECORD.name} as {source})"
         with knobs.language.scope():
             if not {"float16", "bfloat16"} & set(floats):
                 knobs.language.fp32_default = "ieee"

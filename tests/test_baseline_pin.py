@@ -162,3 +162,18 @@ def test_every_autotuned_kernel_the_combined_op_launches_is_pinned():
     ).stdout.split(maxsplit=1)
     assert int(out[0]) >= 10, out  # chunk_cumsum, chunk_state, state_passing, bmm, chunk_scan, ... fwd and bwd
     assert out[1].strip() == "[]", f"autotuned kernels left unpinned: {out[1]}"
+
+
+def test_a_dtype_set_the_record_lacks_runs_the_kernels_choice_for_another(monkeypatch):
+    """No autotune storm for a dtype set the record has not seen (fp32 runs when only bf16 was recorded): the
+    kernel runs the choice recorded for its other dtype set, and says so."""
+    from triton import Config
+
+    configs = [Config({"BLOCK": 32}, num_warps=4), Config({"BLOCK": 64}, num_warps=4)]
+    record = {"kwargs": {"BLOCK": 64}, "num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
+    monkeypatch.setattr(mamba_triton, "_recorded", lambda: {"fake_kernel[bfloat16,float32]": record})
+    tuner = FakeTuner(configs)
+    mamba_triton._pin(tuner)
+    assert tuner.run(torch.zeros(2), 1) is configs[1]
+    assert tuner.benchmarked == []
+    assert mamba_triton.BASELINE_CONFIGS["fake_kernel[float32]"].endswith("as fake_kernel[bfloat16,float32])")
