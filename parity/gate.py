@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,11 +210,15 @@ def _case(
 
 
 def _rerun(spec: OpSpec | str, impl: Impl, problem: dict, dtype: str, device: str, reruns: int) -> dict[str, Any]:
-    return _determinism(resolve(spec), impl, problem, parse_dtype(dtype), device, reruns)
+    start = time.perf_counter()
+    found = _determinism(resolve(spec), impl, problem, parse_dtype(dtype), device, reruns)
+    return {**found, "seconds": round(time.perf_counter() - start, 2)}
 
 
 def _time(spec: OpSpec | str, impl: Impl, problem: dict, dtype: str) -> dict[str, Any]:
-    return _timing(resolve(spec), impl, problem, parse_dtype(dtype))
+    start = time.perf_counter()
+    found = _timing(resolve(spec), impl, problem, parse_dtype(dtype))
+    return {**found, "seconds": round(time.perf_counter() - start, 2)}
 
 
 def gate(

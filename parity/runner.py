@@ -211,19 +211,25 @@ def execute(
     return run
 
 
+_UPSTREAM: dict[tuple[int, str, tuple[int, ...], torch.device], torch.Tensor] = {}
+_UPSTREAM_LIMIT = 4
+
+
 def _upstream_grads(seed: int) -> Callable[[str, torch.Tensor], torch.Tensor]:
     """One random upstream gradient per output, a function of the seed, the output's name and shape
-    only, so every implementation gets the same one (in its own output dtype). Drawn once per output name,
-    shape and device (on the CPU generator, so that CPU and GPU runs of a seed see the same values; at a
-    training shape one draw takes seconds and a case runs several implementations)."""
-    drawn: dict[tuple[str, tuple[int, ...], torch.device], torch.Tensor] = {}
+    only, so every implementation gets the same one (in its own output dtype). Drawn on the CPU generator,
+    so that CPU and GPU runs of a seed see the same values, and remembered for the last few (seed, name,
+    shape, device): at a training shape one draw takes seconds, and a case, its determinism reruns and every
+    implementation judged on it use the same one."""
 
     def upstream(name: str, out: torch.Tensor) -> torch.Tensor:
-        key = (name, tuple(out.shape), out.device)
-        if key not in drawn:
+        key = (seed, name, tuple(out.shape), out.device)
+        if key not in _UPSTREAM:
             gen = torch.Generator().manual_seed(seed * 1000003 + zlib.crc32(name.encode()))
-            drawn[key] = torch.randn(out.shape, generator=gen, dtype=torch.float64).to(out.device)
-        return drawn[key].to(dtype=out.dtype)
+            _UPSTREAM[key] = torch.randn(out.shape, generator=gen, dtype=torch.float64).to(out.device)
+            while len(_UPSTREAM) > _UPSTREAM_LIMIT:
+                _UPSTREAM.pop(next(iter(_UPSTREAM)))
+        return _UPSTREAM[key].to(dtype=out.dtype)
 
     return upstream
 

@@ -163,6 +163,11 @@ def _record(label: str, config: Any) -> None:
         tmp.replace(AUTOTUNE_RECORD)
 
 
+def recording() -> bool:
+    """Whether this run records the baseline's autotune choices (``PARITY_RECORD_BASELINE=1``)."""
+    return os.environ.get("PARITY_RECORD_BASELINE") == "1"
+
+
 def _own_config(configs: list[Any], record: dict[str, Any] | None) -> Any:
     """The autotuner's own config that ``record`` names, None if none matches (then the kernel autotunes). Never
     a copy built from the record: mamba-ssm's configs carry pre-hooks that zero the buffers its kernels
@@ -212,8 +217,9 @@ def _pin(tuner: Any) -> None:
             recorded = _recorded()
             # This dtype set's own choice, else the kernel's choice for another dtype set (block sizes do not change
             # what it computes; one that does not fit falls back to autotuning below): without it every worker of
-            # a run would autotune each kernel anew for a dtype set the record lacks.
-            source = label if label in recorded else min((k for k in recorded if k.startswith(f"{name}[")), default="")
+            # a run would autotune each kernel anew for a dtype set the record lacks. A recording run autotunes it.
+            others = (k for k in recorded if k.startswith(f"{name}[")) if not recording() else ()
+            source = label if label in recorded else min(others, default="")
             if (own := _own_config(every, recorded.get(source))) is not None:
                 chosen[label] = own
                 BASELINE_CONFIGS[label] = f"{own} (recorded in {AUTOTUNE_RECORD.name} as {source})"
@@ -231,7 +237,7 @@ def _pin(tuner: Any) -> None:
             if label not in chosen:
                 chosen[label] = tuner.best_config
                 BASELINE_CONFIGS[label] = str(tuner.best_config)
-                if os.environ.get("PARITY_RECORD_BASELINE") == "1":
+                if recording():
                     _record(label, tuner.best_config)
             return result
 

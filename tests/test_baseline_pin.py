@@ -177,3 +177,21 @@ def test_a_dtype_set_the_record_lacks_runs_the_kernels_choice_for_another(monkey
     assert tuner.run(torch.zeros(2), 1) is configs[1]
     assert tuner.benchmarked == []
     assert mamba_triton.BASELINE_CONFIGS["fake_kernel[float32]"].endswith("as fake_kernel[bfloat16,float32])")
+
+
+def test_a_recording_run_autotunes_a_dtype_set_the_record_lacks(monkeypatch):
+    """``PARITY_RECORD_BASELINE=1`` fills the record in: the missing dtype set autotunes and is recorded, rather
+    than borrowing the other dtype set's choice."""
+    from triton import Config
+
+    configs = [Config({"BLOCK": 32}, num_warps=4), Config({"BLOCK": 64}, num_warps=4)]
+    record = {"kwargs": {"BLOCK": 64}, "num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
+    monkeypatch.setattr(mamba_triton, "_recorded", lambda: {"fake_kernel[bfloat16,float32]": record})
+    recorded: list[str] = []
+    monkeypatch.setattr(mamba_triton, "_record", lambda label, config: recorded.append(label))
+    monkeypatch.setenv("PARITY_RECORD_BASELINE", "1")
+    tuner = FakeTuner(configs)
+    mamba_triton._pin(tuner)
+    assert tuner.run(torch.zeros(2), 2) is configs[0]
+    assert tuner.benchmarked == [2]
+    assert recorded == ["fake_kernel[float32]"]
