@@ -31,6 +31,7 @@ import triton
 
 from kernels import STATIC_SHAPES
 from kernels.chunk_cumsum import ConfigLike, launch
+from parity.lookup import promoted_config
 
 MAX_FUSED_BYTES = 65536
 """Largest group held in one block, in bytes of x's dtype (mamba-ssm's limit)."""
@@ -485,12 +486,10 @@ def store_bucket(group_size: int) -> str:
 
 
 def _promoted(x: torch.Tensor, group_size: int | None) -> Mapping[str, Any] | None:
-    """The config promoted for this GPU, dtype and group size (parity.store, memoized there; never autotunes).
+    """The config promoted for this GPU, dtype and group size (parity.lookup, memoized there; never autotunes).
     None on CPU or without an entry: then each kernel runs its fallback config (the store warns once)."""
     if x.device.type != "cuda":
         return None
-    from parity.store import promoted_config
-
     return promoted_config(
         "layernorm_gated",
         f"{__name__}:layernorm_fn",

@@ -13,6 +13,7 @@ import torch
 
 from kernels import bmm_chunk, chunk_cumsum, chunk_scan, chunk_state, ssd_combined_bwd, state_passing
 from kernels.chunk_cumsum import ConfigLike
+from parity.lookup import promoted_config
 
 OPS = (
     "chunk_cumsum",
@@ -55,12 +56,10 @@ def store_bucket(headdim: int, dstate: int, chunk_size: int, heads_per_group: in
 
 
 def _promoted(x: torch.Tensor, B: torch.Tensor, chunk_size: int) -> Mapping[str, ConfigLike] | None:
-    """The config promoted for this GPU, dtype and bucket (parity.store; never autotunes). None on CPU or
+    """The config promoted for this GPU, dtype and bucket (parity.lookup; never autotunes). None on CPU or
     without an entry: then every kernel runs its default config (the store warns once)."""
     if x.device.type != "cuda":
         return None
-    from parity.store import promoted_config
-
     bucket = store_bucket(x.shape[3], B.shape[3], chunk_size, x.shape[2] // B.shape[2])
     return promoted_config(
         "ssd_combined", f"{__name__}:mamba_chunk_scan_combined", str(x.dtype).removeprefix("torch."), bucket, "cuda"

@@ -322,8 +322,9 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
     the config's Helion fields, the dtypes' tolerances and the bucket shape."""
     from parity import registry, report
     from parity.gate import check_helion_config, gate, load_config
+    from parity.lookup import Key, device_key
     from parity.spec import dtype_name, parse_dtype
-    from parity.store import Key, Store, device_key
+    from parity.store import Store
 
     config = load_config(args.config)
     check_helion_config(config, args.config)

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from parity.errors import ParityError
+from parity.lookup import project_root
 from parity.spec import OpSpec
 
 _REGISTRY: dict[str, OpSpec] = {}
@@ -21,16 +22,6 @@ def register(spec: OpSpec) -> OpSpec:
         raise ParityError(f"op {spec.name!r} is registered twice")
     _REGISTRY[spec.name] = spec
     return spec
-
-
-def project_root(start: Path | None = None) -> Path:
-    """The nearest directory at or above ``start`` (default: cwd, then this package) with pyproject.toml."""
-    candidates = [start or Path.cwd(), Path(__file__).resolve().parent]
-    for base in candidates:
-        for path in (base, *base.parents):
-            if (path / "pyproject.toml").is_file() and (path / "tolerances.toml").is_file():
-                return path
-    raise ParityError("cannot find the project root (a directory with pyproject.toml and tolerances.toml)")
 
 
 def spec_modules(root: Path | None = None) -> list[str]:

@@ -11,17 +11,18 @@ import warnings
 
 import pytest
 
-from parity import store as store_mod
+from parity import lookup
 from parity.errors import ParityError
-from parity.store import Key, StaleConfigError, Store, promoted_config
+from parity.lookup import Key, StaleConfigError, StoreReader, promoted_config
+from parity.store import Store
 
 
 @pytest.fixture(autouse=True)
 def fresh_caches():
     """Each test starts as a fresh process would: nothing memoized."""
-    store_mod.clear_caches()
+    lookup.clear_caches()
     yield
-    store_mod.clear_caches()
+    lookup.clear_caches()
 
 
 @pytest.fixture()
@@ -86,7 +87,7 @@ def test_stale_entry_is_refused_with_how_to_regate(tmp_path, kernel_module):
     s.put(_key(), {"v": 1}, {})
     assert promoted_config("toy", "toykernel:kernel", "float32", "b1", "cpu", s) == {"v": 1}
     kernel_module.write_text("def kernel(**kw):\n    return 2\n")
-    store_mod.clear_caches()  # source hashes are memoized per process: an edited kernel is seen after a restart
+    lookup.clear_caches()  # source hashes are memoized per process: an edited kernel is seen after a restart
     with pytest.raises(StaleConfigError, match=r"changed since it was gated.*parity promote toy"):
         promoted_config("toy", "toykernel:kernel", "float32", "b1", "cpu", s)
 
@@ -94,7 +95,7 @@ def test_stale_entry_is_refused_with_how_to_regate(tmp_path, kernel_module):
 def test_version_change_makes_an_entry_stale(tmp_path, kernel_module, monkeypatch):
     s = Store(tmp_path / "configs")
     s.put(_key(), {"v": 1}, {})
-    monkeypatch.setattr(store_mod, "versions", lambda: {"helion": "9.9", "triton": "3.6.0", "torch": "x"})
+    monkeypatch.setattr(lookup, "versions", lambda: {"helion": "9.9", "triton": "3.6.0", "torch": "x"})
     reasons = s.staleness(s.find(_key()))
     assert any("helion is 9.9" in r for r in reasons)
 
@@ -147,8 +148,8 @@ def _counting(monkeypatch, owner, name: str) -> list[int]:
 def test_repeated_lookup_neither_rereads_nor_rehashes(tmp_path, kernel_module, monkeypatch):
     s = Store(tmp_path / "configs")
     s.put(_key(), {"bwd": {"block_sizes": [16, 1]}}, {})
-    reads = _counting(monkeypatch, Store, "entries")
-    checks = _counting(monkeypatch, Store, "staleness")
+    reads = _counting(monkeypatch, StoreReader, "entries")
+    checks = _counting(monkeypatch, StoreReader, "staleness")
     first = promoted_config("toy", "toykernel:kernel", "float32", "b1", "cpu", s)
     assert (len(reads), len(checks)) == (1, 1)
     for _ in range(3):
@@ -170,7 +171,7 @@ def test_new_promotion_is_seen_by_the_next_lookup(tmp_path, kernel_module):
 def test_stale_entry_raises_on_every_call(tmp_path, kernel_module, monkeypatch):
     s = Store(tmp_path / "configs")
     s.put(_key(), {"v": 1}, {})
-    monkeypatch.setattr(store_mod, "versions", lambda: {"helion": "9.9", "triton": "3.6.0", "torch": "x"})
+    monkeypatch.setattr(lookup, "versions", lambda: {"helion": "9.9", "triton": "3.6.0", "torch": "x"})
     for _ in range(3):
         with pytest.raises(StaleConfigError, match=r"helion is 9\.9"):
             promoted_config("toy", "toykernel:kernel", "float32", "b1", "cpu", s)
@@ -183,8 +184,8 @@ def test_device_key_asks_cuda_once_per_device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: names.append(index) or "NVIDIA H200")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (9, 0))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    assert [store_mod.device_key("cuda") for _ in range(3)] == ["nvidia-h200-sm90"] * 3
-    assert store_mod.device_key("cuda:1") == "nvidia-h200-sm90"
+    assert [lookup.device_key("cuda") for _ in range(3)] == ["nvidia-h200-sm90"] * 3
+    assert lookup.device_key("cuda:1") == "nvidia-h200-sm90"
     assert names == [0, 1]
 
 
@@ -200,11 +201,11 @@ def test_editing_a_helper_module_the_kernel_uses_makes_it_stale(tmp_path, monkey
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
-        before = store_mod.source_hash("toypkg.entry:kernel")
-        assert set(store_mod._package_modules(sys.modules["toypkg.entry"])) == {"toypkg.entry", "toypkg.helper"}
+        before = lookup.source_hash("toypkg.entry:kernel")
+        assert set(lookup._package_modules(sys.modules["toypkg.entry"])) == {"toypkg.entry", "toypkg.helper"}
         (package / "helper.py").write_text("def launch():\n    return 2\n")
-        store_mod.clear_caches()
-        assert store_mod.source_hash("toypkg.entry:kernel") != before
+        lookup.clear_caches()
+        assert lookup.source_hash("toypkg.entry:kernel") != before
     finally:
         for name in ("toypkg", "toypkg.entry", "toypkg.helper"):
             sys.modules.pop(name, None)
