@@ -131,7 +131,7 @@ def time_impl(spec: OpSpec, fn: Callable[..., Any], inputs: dict[str, Any]) -> d
 def bench_op(spec: OpSpec, shape_name: str, problem: dict[str, Any], ceil: dict[str, float]) -> dict[str, Any]:
     """Every implementation of one op at one shape (bf16 inputs)."""
     inputs = spec.make_inputs(problem, torch.bfloat16, 0, torch.device("cuda"))
-    flops = spec.extra.get("flops", lambda p: 0.0)(problem)
+    flops = spec.flops(problem) if spec.flops else 0.0
     row: dict[str, Any] = {"op": spec.name, "shape": shape_name, "problem": problem, "flops": flops, "impls": {}}
     impls: list[Impl] = [i for i in spec.impls().values() if "-cfg" not in i.name]
     for impl in impls:

@@ -108,15 +108,16 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 
 
 def mixer_inputs(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device) -> dict[str, Any]:
-    """The SSD inputs (reference.specs.ssd_raw_inputs: D per head, dt_bias, dt_softplus), the gate z and the
-    norm weight (reference.specs.norm_inputs, z reshaped to (b, L, h*p)), and the upstream gradient dout;
-    every differentiated tensor a leaf requiring grad."""
-    from reference import specs
+    """The SSD inputs (ops.ssd.ssd_raw_inputs: D per head, dt_bias, dt_softplus), the gate z and the norm weight
+    (ops.layernorm_gated.inputs, z reshaped to (b, L, h*p)), and the upstream gradient dout; every
+    differentiated tensor a leaf requiring grad."""
+    from ops import layernorm_gated as norm_op
+    from ops import ssd as ssd_op
 
     b, L, h, p, g = shape["batch"], shape["seqlen"], shape["nheads"], shape["headdim"], shape["ngroups"]
     problem = {**shape, "D": "h", "dt_bias": True, "dt_softplus": True}
-    ssd = specs.ssd_raw_inputs(problem, dtype, 0, dev)
-    norm = specs.norm_inputs(
+    ssd = ssd_op.ssd_raw_inputs(problem, dtype, 0, dev)
+    norm = norm_op.inputs(
         {
             "rows": b * L,
             "ngroups": g,
@@ -265,7 +266,7 @@ def bench_norm_bwd(
     config: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """bwd_ms of each backend's gated RMSNorm backward kernel call, speedup, bandwidth floor and fraction of it."""
-    from reference import specs
+    from ops import layernorm_gated as norm_op
 
     rows, g = shape["batch"] * shape["seqlen"], shape["ngroups"]
     gs = shape["nheads"] * shape["headdim"] // g
@@ -278,7 +279,7 @@ def bench_norm_bwd(
         "is_rms_norm": True,
         "bias": False,
     }
-    inp = specs.norm_inputs(problem, dtype, 3, dev)
+    inp = norm_op.inputs(problem, dtype, 3, dev)
     x, w, z = inp["x"], inp["weight"], inp["z"]
     dy = _cotangent(x.shape, dtype, 4, dev)
     # Bytes the backward must move: x, z, dy, weight, rstd read (no mean: RMS norm); dx, dz, dw written.

@@ -10,7 +10,7 @@ ratio of grad.A and grad.dt_bias and each implementation's worst error relative 
 grad.A / grad.dt_bias ratio exceeds ``--max-ratio`` (``inf``: gate verdicts only) or any case fails the gate.
 
 ``--wide-dt`` sets the problem's value ranges to what training sees (issue 12): dt after softplus from
-1e-4 to 5 and |A| from 1e-2 to 16 (the ``dt_range`` / ``A_range`` fields of reference/specs.py; a problem
+1e-4 to 5 and |A| from 1e-2 to 16 (the ``dt_range`` / ``A_range`` fields of ops/ssd.py; a problem
 that gives them keeps its own). ``--chunk-sizes`` sweeps the chunk size; ``--block-sizes`` runs one config
 per block size, that size for every chunk-row, chunk-column and dstate tile of every Helion kernel (headdim
 whole): a numerics cause shows at every block size and under the CPU interpreter on the same inputs, a
@@ -58,7 +58,7 @@ REPRODUCER = {
 """Issue 12's H200 bf16 reproducer (seed 0 failed grad.A: 0.286 vs bound 0.102, mamba-ssm 0.047)."""
 
 WIDE = {"dt_range": [1e-4, 5.0], "A_range": [1e-2, 16.0]}
-"""The value ranges of ``--wide-dt`` (the widest dt_range and A_range reference/specs.py draws)."""
+"""The value ranges of ``--wide-dt`` (the widest dt_range and A_range ops/ssd.py draws)."""
 RATIO_QUANTITIES = ("grad.A", "grad.dt_bias")
 """The gradients whose error ratio to mamba-ssm's is bounded by ``--max-ratio`` (issue 12, part 1)."""
 

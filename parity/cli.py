@@ -439,9 +439,9 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> int:
     shape = _json_object(args.shape, "--shape")
     _, _, tols = _setup(args)
     spec = registry.get(args.op)
-    space = spec.extra.get("tuning_configs")
+    space = spec.tuning_configs
     if space is None:
-        raise ParityError(f"op {spec.name!r} declares no tuning space (extra['tuning_configs'])")
+        raise ParityError(f"op {spec.name!r} declares no tuning space (OpSpec.tuning_configs)")
     dtype = parse_dtype(args.dtype[0] if args.dtype else "bfloat16")
     tols.require([dtype_name(dtype)])
     _validate(spec, shape, [dtype], "--shape")

@@ -14,7 +14,7 @@ import json
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -32,6 +32,9 @@ in that dtype."""
 
 FieldCheck = Callable[[str, Any], None]
 """(field name, value) -> None: raises ParityError naming the field if the value is malformed."""
+
+TuningSpace = Callable[[Mapping[str, Any], int], list[dict[str, Any]]]
+"""(the op's keyword arguments at a problem, count) -> the first ``count`` candidate configs ``parity tune`` tries."""
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -173,6 +176,32 @@ class Impl:
         return lambda **kwargs: fn(**kwargs, config=config)
 
 
+class KernelModule(Protocol):
+    """What a Helion port's module (``kernels/<op>.py``) declares for :func:`helion_candidates`.
+
+    CONFIGS: explicit configs the parity tests check besides the kernel's default config.
+    HAS_BACKWARD: whether its entry point differentiates through Helion kernels (False: forward only, its
+        gradients are not judged).
+    """
+
+    __name__: str
+    CONFIGS: Sequence[Mapping[str, Any]]
+    HAS_BACKWARD: bool
+
+
+def helion_candidates(module: KernelModule, function: str, count: int = 2) -> tuple[Impl, ...]:
+    """The candidates of a Helion port: ``module.function`` with its default config (``helion``) and with each of
+    its first ``count`` CONFIGS (``helion-cfg0``, ...), judged backward unless the module says otherwise."""
+    target = f"{module.__name__}:{function}"
+    return (
+        Impl("helion", target, backward=module.HAS_BACKWARD),
+        *(
+            Impl(f"helion-cfg{i}", target, config=c, backward=module.HAS_BACKWARD)
+            for i, c in enumerate(module.CONFIGS[:count])
+        ),
+    )
+
+
 def size_one_key(problem: Problem) -> Hashable:
     """The default :attr:`OpSpec.compile_key`: a problem's flags and strings, and which integer fields are 1
     (kernels compiled for dynamic shapes still specialize on sizes of 0 and 1, not on other values)."""
@@ -231,6 +260,11 @@ class OpSpec:
         in one worker (parity.workers).
     error_inputs: invalid calls that the reference, the baseline and the default-config candidate must reject
         alike, before any kernel runs (:class:`ErrorInput`; checked by tests/test_error_inputs.py).
+    max_examples: profile name -> generated problems per run, for an op heavier or lighter than the profile's
+        default (pinned examples and training problems always run).
+    flops: problem -> the forward's matmul FLOPs (the benchmark's compute floor); None: not counted.
+    tuning_configs: the candidate configs ``parity tune`` tries (:data:`TuningSpace`); None: the op has no
+        tuning space.
     """
 
     name: str
@@ -253,7 +287,9 @@ class OpSpec:
     compile_key: Callable[[Problem], Hashable] = size_one_key
     description: str = ""
     error_inputs: tuple[ErrorInput, ...] = ()
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    max_examples: Mapping[str, int] = field(default_factory=dict)
+    flops: Callable[[Problem], float] | None = None
+    tuning_configs: TuningSpace | None = None
 
     def validate(self, problem: Any, dtypes: Sequence[torch.dtype] | None = None) -> None:
         """Raise ParityError, one line naming the op and the field, unless ``problem`` is a problem this op can

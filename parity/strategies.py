@@ -2,7 +2,7 @@
 
 Profiles: ``ci`` is for CPU (derandomized, few small examples, fast) and ``gpu`` for the GPU
 (more examples, realistic sizes). Each spec's ``problems(profile)`` strategy decides the size caps;
-``spec.extra["max_examples"][profile]`` may lower or raise the example count for a heavy or light op.
+``spec.max_examples[profile]`` may lower or raise the example count for a heavy or light op.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def get_profile(name: str) -> Profile:
 
 def examples_for(spec: OpSpec, profile: Profile) -> int:
     """The number of generated problems for ``spec`` under ``profile``."""
-    return int(spec.extra.get("max_examples", {}).get(profile.name, profile.max_examples))
+    return int(spec.max_examples.get(profile.name, profile.max_examples))
 
 
 def _search(

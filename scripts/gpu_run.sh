@@ -52,7 +52,7 @@ for step in $steps; do
       { if [ -n "${SSD_CONFIG:-}" ]; then cp "$SSD_CONFIG" "$OUT/tuned-ssd/ssd_combined-0.json"; else
           timeout "${SSD_TUNE_TIMEOUT:-300}" python3 -m parity tune ssd_combined --device cuda \
           --trials "${SSD_TRIALS:-8}" --keep 1 --out "$OUT/tuned-ssd" --shape "$(python3 -c \
-          'import json; from reference.specs import NEMOTRON; print(json.dumps(NEMOTRON))')"; fi \
+          'import json; from ops.ssd import NEMOTRON; print(json.dumps(NEMOTRON))')"; fi \
         && timeout "${SSD_GATE_TIMEOUT:-600}" python3 -m parity promote ssd_combined --device cuda \
           --config "$OUT/tuned-ssd/ssd_combined-0.json" --dtype bfloat16 --examples "${GATE_EXAMPLES:-4}"; } 2>&1 \
         | tee "$OUT/ssd-tune.log" || status=1

@@ -46,3 +46,15 @@ def test_drop_ins_import_no_harness(tmp_path):
     harness = [m for m in loaded if (m.partition(".")[0] in HARNESS and m not in libraries) or m in ENGINE]
     assert not harness, f"a training process imports harness modules: {harness}"
     assert "hypothesis" not in loaded and "pytest" not in loaded
+
+
+def test_references_import_no_kernel():
+    """Import every module of reference/: none of kernels/ comes with them."""
+    loaded = _modules_after(
+        "import importlib, pkgutil, reference\n"
+        "for info in pkgutil.iter_modules(reference.__path__):\n"
+        "    importlib.import_module(f'reference.{info.name}')\n"
+    )
+    assert "reference.mamba_triton" in loaded and "reference.chunk_scan" in loaded  # the probe ran
+    kernels = [m for m in loaded if m.partition(".")[0] == "kernels"]
+    assert not kernels, f"reference/ imports kernel modules: {kernels}"

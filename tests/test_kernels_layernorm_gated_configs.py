@@ -15,7 +15,7 @@ from kernels import layernorm_gated as ln
 from kernels.chunk_cumsum import as_config
 from reference import _triton_shims
 
-_triton_shims.install()  # the interpreter fixes the kernels need on CPU, as reference.specs installs them
+_triton_shims.install()  # the interpreter fixes the kernels need on CPU, as ops.common installs them
 
 # (rows, ngroups, group_size, z, norm_before_gate, is_rms_norm, bias)
 VARIANTS = [

@@ -1,10 +1,11 @@
 """Problems are validated against each op's declared schema before any work, and their value fields
-(reference/specs.py) reach the inputs: every drawn problem is valid, every malformed one is a one-line
+(ops/ssd.py, ops/layernorm_gated.py) reach the inputs: every drawn problem is valid, every malformed one is a one-line
 ParityError naming the field, and a problem without value fields keeps the inputs it always had."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from typing import Any
 
@@ -12,14 +13,15 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
+from ops import layernorm_gated as norm_op
+from ops import ssd
 from parity import registry
 from parity.errors import ParityError
 from parity.runner import run_problem
 from parity.spec import OpSpec
-from reference import specs
 
 SPECS = registry.load()
-SSD_OPS = sorted(specs.SSD_OPS)
+SSD_OPS = [name for name in sorted(SPECS) if name != "layernorm_gated"]
 CPU = torch.device("cpu")
 
 
@@ -86,7 +88,7 @@ SSD_BAD: list[tuple[str, Any]] = [
 def test_a_malformed_ssd_problem_is_one_line_naming_the_field(op, field, value):
     problem = _base(op)
     assert problem["seqlen"] == 37 and problem["ngroups"] == 2
-    if field in problem or field in specs.SIZES or field == "x_scal":
+    if field in problem or field in ssd.SIZES or field == "x_scal":
         if value is MISSING:
             problem.pop(field)
         else:
@@ -146,7 +148,7 @@ def test_the_group_size_limit_is_the_kernels_own():
     from kernels import layernorm_gated as helion_norm
     from reference import mamba_triton
 
-    assert helion_norm.MAX_FUSED_BYTES == specs.MAX_GROUP_BYTES
+    assert helion_norm.MAX_FUSED_BYTES == norm_op.MAX_GROUP_BYTES
     spec = SPECS["layernorm_gated"]
     base = {"rows": 1, "ngroups": 1}
     for dtype, most in ((torch.float32, 16384), (torch.float16, 32768), (torch.bfloat16, 32768)):
@@ -181,13 +183,13 @@ def test_every_drawn_problem_is_valid(op, profile):
     def check(problem):
         spec.validate(problem)
         seen.update(problem)
-        if op in specs.SSD_OPS:
-            assert specs.ssd_magnitude(problem) <= specs.VALUES[profile].budget
+        if op in SSD_OPS:
+            assert ssd.ssd_magnitude(problem) <= ssd.VALUES[profile].budget
         else:
-            assert specs.norm_magnitude(problem) <= specs.NORM_BUDGET
+            assert norm_op.magnitude(problem) <= norm_op.BUDGET
 
     check()
-    values = specs.SSD_VALUES.get(op, ("x_range", "z_scale"))
+    values = importlib.import_module(f"ops.{op}").VALUES
     assert set(values) <= seen, "every value field of the op is drawn"
 
 
@@ -215,7 +217,7 @@ def test_default_value_fields_change_nothing(op):
         "x_range": [1.0, 1.0],
     }
     spec = SPECS[op]
-    values = specs.SSD_VALUES.get(op, ("x_range", "z_scale"))
+    values = importlib.import_module(f"ops.{op}").VALUES
     bare = {k: v for k, v in spec.examples[0].items() if k not in defaults}
     explicit = {**bare, **{k: defaults[k] for k in values}}
     for dtype in (torch.float32, torch.float16):
@@ -223,8 +225,8 @@ def test_default_value_fields_change_nothing(op):
 
 
 def test_ssd_value_fields_set_the_input_scales():
-    problem = {**specs.RAGGED, "dt_bias": True, "dt_softplus": True, "z": True, "initial_states": True}
-    base = specs.ssd_raw_inputs(problem, torch.float32, 0, CPU)
+    problem = {**ssd.RAGGED, "dt_bias": True, "dt_softplus": True, "z": True, "initial_states": True}
+    base = ssd.ssd_raw_inputs(problem, torch.float32, 0, CPU)
     wide = {
         **problem,
         "dt_range": [0.5, 5.0],
@@ -234,7 +236,7 @@ def test_ssd_value_fields_set_the_input_scales():
         "z_scale": 10.0,
         "state_scale": 1e-2,
     }
-    got = specs.ssd_raw_inputs(wide, torch.float32, 0, CPU)
+    got = ssd.ssd_raw_inputs(wide, torch.float32, 0, CPU)
     # The per-head dt after softplus is drawn log-uniform in dt_range (the bias puts each head there).
     dt0 = torch.nn.functional.softplus(got["dt_bias"])
     assert bool(((dt0 >= 0.5 * (1 - 1e-5)) & (dt0 <= 5.0 * (1 + 1e-5))).all()), dt0
@@ -247,7 +249,7 @@ def test_long_decays_underflow_within_a_chunk():
     """The second pinned problem makes exp(dA_cumsum) underflow in fp32 inside its one chunk."""
     problem = SPECS["chunk_state"].examples[1]
     assert problem["seqlen"] < problem["chunk_size"]
-    dA_cumsum = specs.chunk_state_inputs(problem, torch.float32, 0, CPU)["dA_cumsum"]
+    dA_cumsum = SPECS["chunk_state"].make_inputs(problem, torch.float32, 0, CPU)["dA_cumsum"]
     assert float(torch.exp(dA_cumsum[..., : problem["seqlen"]]).min()) == 0.0
 
 
@@ -261,8 +263,8 @@ def test_norm_value_fields_set_row_scales_and_z():
         "is_rms_norm": True,
         "bias": False,
     }
-    base = specs.norm_inputs(problem, torch.float32, 0, CPU)
-    got = specs.norm_inputs({**problem, "x_range": [1e-4, 1e3], "z_scale": 100.0}, torch.float32, 0, CPU)
+    base = norm_op.inputs(problem, torch.float32, 0, CPU)
+    got = norm_op.inputs({**problem, "x_range": [1e-4, 1e3], "z_scale": 100.0}, torch.float32, 0, CPU)
     ratio = (got["x"] / base["x"]).amax(dim=1)
     assert float(ratio.min()) >= 1e-4 * (1 - 1e-5) and float(ratio.max()) <= 1e3 * (1 + 1e-5)
     assert float(ratio.max() / ratio.min()) > 1e4  # rows from eps-dominated to large

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 import torch
 
-from reference import mamba_triton, specs
+from ops import layernorm_gated as norm_op
+from parity import registry
+from reference import mamba_triton
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") != "1",
@@ -111,10 +113,9 @@ CASES: dict[str, tuple[Shapes, dict[str, Any]]] = {
 
 def _spec(op: str) -> tuple[str, Callable[..., dict[str, Any]], tuple[str, ...], tuple[str, ...]]:
     """(adapter name, input maker, output names, differentiable inputs) of one op."""
-    if op == "layernorm_gated":
-        return "layernorm_fn", specs.norm_inputs, ("out",), ("x", "weight", "bias", "z")
-    fn, make, outputs, grads, _ = specs.SSD_OPS[op]
-    return fn, make, outputs, grads
+    spec = registry.get(op)
+    assert spec.baseline is not None and isinstance(spec.baseline.target, str)
+    return spec.baseline.target.partition(":")[2], spec.make_inputs, spec.outputs, spec.grad_inputs
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
@@ -151,7 +152,7 @@ def test_chunk_state_seq_idx_path_matches_the_plain_one() -> None:
     """With seq_idx the chunk_state backward takes other kernels (and the per-step -> cumulative glue);
     with one sequence it must give the plain path's gradients."""
     problem = {k: v for k, v in TINY.items() if k != "nseq"}
-    inputs = specs.chunk_state_inputs(problem, F32, 0, CPU)
+    inputs = registry.get("chunk_state").make_inputs(problem, F32, 0, CPU)
     seq_idx = torch.zeros(problem["batch"], problem["seqlen"], dtype=torch.int32)
     names = ("B", "x", "dt", "dA_cumsum")
     runs = []
@@ -177,7 +178,7 @@ def test_every_raw_wrapper_resolves() -> None:
 
 
 def test_rmsnorm_fn_is_layernorm_fn_with_rms() -> None:
-    inputs = specs.norm_inputs({**NORM, "bias": False}, F32, 0, CPU)
+    inputs = norm_op.inputs({**NORM, "bias": False}, F32, 0, CPU)
     inputs.pop("is_rms_norm")
     out = mamba_triton.rmsnorm_fn(**inputs)
     torch.testing.assert_close(out, mamba_triton.layernorm_fn(**inputs, is_rms_norm=True), rtol=0, atol=0)

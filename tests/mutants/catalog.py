@@ -8,10 +8,11 @@ the op's registered spec next to the unpatched kernel (the control, which must p
 from __future__ import annotations
 
 from mutants import DETERMINISM, Mutant
-from reference.specs import NORM_RMS, RAGGED
+from ops.layernorm_gated import NORM_RMS
+from ops.ssd import RAGGED
 
-# Problems (reference/specs.py field names). RAGGED is the registry's pinned ragged problem (seqlen 37 with
-# chunk_size 16: two whole chunks and a partial one; 4 heads in 2 groups); the *_PINNED problems are the
+# Problems (field names of ops/ssd.py and ops/layernorm_gated.py). RAGGED is the registry's pinned ragged problem
+# (seqlen 37 with chunk_size 16: two whole chunks and a partial one; 4 heads in 2 groups); the *_PINNED problems are the
 # registry's first pinned example of each op (RAGGED with every feature the op takes).
 CUMSUM_PINNED = {**RAGGED, "dt_bias": True, "dt_softplus": True, "dt_limit": [0.001, 0.1]}
 STATE_PASSING_PINNED = {**RAGGED, "nseq": 2, "initial_states": True}  # seed 0 cuts row 1 at position 17 (chunk 1)
