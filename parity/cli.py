@@ -49,6 +49,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", choices=("ci", "gpu"), default=None, help="hypothesis profile (default by device)")
     p.add_argument("--dtype", action="append", default=[], help="only these dtypes (repeatable)")
     p.add_argument("--json", dest="json_path", default=None, help="also write every result as JSON here")
+    p.add_argument("--report", default=None, help="also write the HTML report and summary.md to this directory")
     p.add_argument(
         "--workers",
         type=_count(1),
@@ -111,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--out", default="tuned", help="directory for the kept configs (default tuned/)")
     _add_run_options(tune)
 
+    rep = sub.add_parser("report", help="an HTML report with plots and a summary.md from result JSON files")
+    rep.add_argument("inputs", nargs="+", help="JSON of parity check/gate/tune or bench/*.py (two or more: diffs)")
+    rep.add_argument("--out", required=True, help="directory for index.html and summary.md")
+
     configs = sub.add_parser("configs", help="inspect the config store")
     configs.add_argument("action", choices=("list", "show", "verify"))
     configs.add_argument("op", nargs="?", default=None)
@@ -123,6 +128,10 @@ def _setup(args: argparse.Namespace) -> tuple[dict, Any, Any]:
     from parity import device, registry, tolerances
     from parity.strategies import get_profile
 
+    if args.report:
+        from parity import render
+
+        render.require()
     device.configure(args.device)
     specs = registry.load()
     profile = get_profile(args.profile or ("gpu" if args.device == "cuda" else "ci"))
@@ -141,15 +150,37 @@ def _json_object(text: str, flag: str) -> dict[str, Any]:
 
 
 def _meta(args: argparse.Namespace) -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
     import torch
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
 
     return {
         "command": " ".join(["parity", *sys.argv[1:]]),
         "device": args.device,
         "torch": torch.__version__,
+        "triton": installed("triton"),
+        "helion": installed("helion"),
         "python": platform.python_version(),
         "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
     }
+
+
+def _write_out(args: argparse.Namespace, payload: dict[str, Any]) -> None:
+    """``--json FILE`` and ``--report DIR``: the run's JSON, and the report read back from that same JSON."""
+    from parity import render, report, results
+
+    text = json.dumps(payload, indent=1, default=str) + "\n"
+    if args.json_path:
+        report.atomic_write(args.json_path, text)
+    if args.report:
+        page = render.write([results.parse(json.loads(text), args.json_path or f"parity-{args.command}")], args.report)
+        print(f"report: {page}", flush=True)
 
 
 def _say(console: Console, text: str) -> None:
@@ -275,8 +306,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     failed = [r for r in results if not r.passed]
     for r in failed:
         console.print(r.message(), markup=False, highlight=False)
-    if args.json_path:
-        report.atomic_write(args.json_path, report.results_json(results, _meta(args)))
+    _write_out(args, report.results_payload(results, _meta(args)))
     console.print(f"{len(results) - len(failed)} passed, {len(failed)} failed", markup=False)
     return EXIT_FAIL if failed or not results else EXIT_OK
 
@@ -323,6 +353,7 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
     from parity import registry, report
     from parity.gate import check_helion_config, gate, load_config
     from parity.lookup import Key, device_key
+    from parity.results import stamped
     from parity.spec import dtype_name, parse_dtype
     from parity.store import Store
 
@@ -380,8 +411,22 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
     for note in result.skipped:
         console.print(f"not run: {note}", markup=False)
     evidence = result.evidence()
-    if args.json_path:
-        report.atomic_write(args.json_path, json.dumps(evidence, indent=1) + "\n")
+    _write_out(
+        args,
+        stamped(
+            "gate",
+            {
+                "meta": _meta(args),
+                "op": spec.name,
+                "impl": impl.name,
+                "config": config,
+                "device": args.device,
+                "passed": result.passed,
+                "evidence": evidence,
+                "cases": [case.to_dict() for case in result.cases],
+            },
+        ),
+    )
     if not result.passed:
         console.print(f"gate FAILED for {spec.name} {impl.name}: nothing written to the store", markup=False)
         return EXIT_FAIL
@@ -431,6 +476,7 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> int:
     import torch
 
     from parity import registry, report
+    from parity.results import stamped
     from parity.spec import dtype_name, parse_dtype
     from parity.tune import tune
 
@@ -466,13 +512,33 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> int:
         verdict = {True: "pass", False: "FAIL", None: "not judged"}[trial.passed]
         timing = f"{trial.ms:.4f} ms" if trial.ms is not None else f"error {trial.error}"
         console.print(f"{timing:>14} {verdict:10} {json.dumps(trial.config)}", markup=False)
-    if args.json_path:
-        report.atomic_write(args.json_path, json.dumps([dataclasses.asdict(t) for t in trials], indent=1) + "\n")
+    payload = {"meta": _meta(args), "op": spec.name, "impl": base.name, "shape": shape, "dtype": dtype_name(dtype)}
+    _write_out(args, stamped("tune", {**payload, "trials": [dataclasses.asdict(t) for t in trials]}))
     console.print(f"kept {len(kept)} passing configs in {args.out}/", markup=False)
     return EXIT_OK if kept else EXIT_FAIL
 
 
-COMMANDS = {"check": cmd_check, "tune": cmd_tune, "gate": cmd_gate, "promote": cmd_gate, "configs": cmd_configs}
+def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    """The HTML report and summary.md of result files: every file is read and recognized before anything is
+    written (a bad one is a one-line error and no output)."""
+    from parity import render, results
+
+    render.require()
+    loaded = [results.load(path) for path in args.inputs]
+    page = render.write(loaded, args.out)
+    console.print(f"report: {page} and {Path(args.out) / 'summary.md'}", markup=False, soft_wrap=True)
+    verdicts = [r.passed for r in loaded if r.passed is not None]
+    return EXIT_FAIL if not all(verdicts) else EXIT_OK
+
+
+COMMANDS = {
+    "report": cmd_report,
+    "check": cmd_check,
+    "tune": cmd_tune,
+    "gate": cmd_gate,
+    "promote": cmd_gate,
+    "configs": cmd_configs,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

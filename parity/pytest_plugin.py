@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from parity import device as parity_device_mod
+from parity.errors import ParityError
 from parity.spec import Impl, OpSpec, dtype_name
 
 
@@ -28,6 +30,8 @@ class ParityCase:
 
 
 _START = pytest.StashKey[float]()
+_PROPERTY = "parity_case"
+"""The user property a test records each CaseResult under (xdist sends it from the workers to the controller)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -45,6 +49,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="hypothesis profile: ci (default on cpu) or gpu (default on cuda)",
     )
     group.addoption("--parity-op", action="append", default=[], help="only these ops (repeatable)")
+    group.addoption(
+        "--report",
+        dest="parity_report",
+        default=None,
+        metavar="DIR",
+        help="write the parity report (index.html, summary.md, results.json) of every parity case here",
+    )
 
 
 def _device(config: pytest.Config) -> str:
@@ -54,6 +65,15 @@ def _device(config: pytest.Config) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
     config.addinivalue_line("markers", "slow: long-running; deselect with -m 'not slow'")
+    out = config.getoption("parity_report")
+    if out and not hasattr(config, "workerinput"):  # the controller (or the only process) writes the report
+        from parity import render
+
+        try:
+            render.require()
+        except ParityError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        config.pluginmanager.register(_Reporter(config, out), "parity-report")
     device = _device(config)
     if device == "cpu" or _cuda_available():
         parity_device_mod.configure(device)
@@ -67,6 +87,43 @@ def _cuda_available() -> bool:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_START] = time.perf_counter()
+
+
+@pytest.fixture
+def parity_record(request: pytest.FixtureRequest) -> Any:
+    """A callable that records a CaseResult for ``--report`` (a no-op without it, so that a junit XML does not
+    carry every case)."""
+    if not request.config.getoption("parity_report"):
+        return lambda result: None
+
+    def record(result: Any) -> None:
+        request.node.user_properties.append((_PROPERTY, json.dumps(result.to_dict(), default=str)))
+
+    return record
+
+
+class _Reporter:
+    """Gathers the recorded cases from every test's report (under xdist, in the controller, which receives the
+    workers' reports with their user properties) and writes the report when the session ends."""
+
+    def __init__(self, config: pytest.Config, out: str) -> None:
+        self.config, self.out, self.cases = config, Path(out), []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call":
+            self.cases += [json.loads(value) for name, value in report.user_properties if name == _PROPERTY]
+
+    def pytest_sessionfinish(self) -> None:
+        from parity import render, report, results
+
+        meta = {
+            "command": " ".join(["pytest", *self.config.invocation_params.args]),
+            "device": _device(self.config),
+            "profile": _profile_name(self.config),
+        }
+        text = json.dumps(results.stamped("check", {"meta": meta, "cases": self.cases}), indent=1) + "\n"
+        report.atomic_write(self.out / "results.json", text)
+        render.write([results.parse(json.loads(text), str(self.out / "results.json"))], self.out)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

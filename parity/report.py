@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections import defaultdict
@@ -13,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from parity.results import stamped
 from parity.runner import CaseResult
 
 
@@ -22,6 +22,7 @@ def atomic_write(path: Path | str, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o644)  # what open() would give; mkstemp's 0600 hides a report from a web server
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
             handle.flush()
@@ -83,8 +84,6 @@ def print_table(rows: list[dict[str, Any]], console: Console) -> None:
     console.print(table)
 
 
-def results_json(results: list[CaseResult], meta: dict[str, Any]) -> str:
-    """Everything as JSON: metadata, summary rows and every case."""
-    return json.dumps(
-        {"meta": meta, "summary": summarize(results), "cases": [r.to_dict() for r in results]}, indent=1, default=str
-    )
+def results_payload(results: list[CaseResult], meta: dict[str, Any]) -> dict[str, Any]:
+    """Everything a check run found, as the JSON object ``--json`` writes: metadata, summary rows and every case."""
+    return stamped("check", {"meta": meta, "summary": summarize(results), "cases": [r.to_dict() for r in results]})

@@ -10,20 +10,20 @@ from parity.spec import parse_dtype
 from parity.strategies import drive
 
 
-def test_parity(parity_case, parity_device, parity_profile, parity_tolerances):
+def test_parity(parity_case, parity_device, parity_profile, parity_tolerances, parity_record):
     """The implementation passes the verdict on pinned and generated problems, forward and backward (on the GPU,
     the problems of one compile group, the training shape among them)."""
     case = parity_case
     dtype = parse_dtype(case.dtype_name)
     if case.problems:
-        failures = [
-            result.message()
-            for problem, seed in case.problems
+        failures = []
+        for problem, seed in case.problems:
             for result in run_problem(
                 case.spec, [case.impl], json.loads(problem), dtype, seed, parity_device, parity_tolerances
-            )
-            if not result.passed
-        ]
+            ):
+                parity_record(result)
+                if not result.passed:
+                    failures.append(result.message())
         assert not failures, "\n".join(failures)
         return
     drive(
@@ -33,6 +33,6 @@ def test_parity(parity_case, parity_device, parity_profile, parity_tolerances):
         parity_device,
         parity_profile,
         parity_tolerances,
-        on_result=lambda _: None,
+        on_result=parity_record,
         raise_on_fail=True,
     )

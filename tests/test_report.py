@@ -1,0 +1,236 @@
+"""``parity report``: the HTML of the committed CPU run and H200 results parses, carries every plot, and shows the
+numbers of the JSON it came from; two files give a diff; bad input is one line, exit 2, nothing written; the run
+commands and the pytest plugin write the report themselves."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import io
+import json
+import subprocess
+from collections import defaultdict
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from parity import results
+from parity.cli import main
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parents[1]
+README_INPUTS = [
+    "bench/results/cpu-parity-check.json",
+    "bench/results/h200-run8/gate-ssd.json",
+    "bench/results/h200-run1/bench.json",
+    "bench/results/h200-run3/mixer.json",
+    "bench/results/h200-run8/ssd-bwd-bf16.json",
+]
+VOID = {"meta", "img", "br", "hr", "input", "link"}
+
+
+class Page(HTMLParser):
+    """Every element with its attributes and text, checking that tags nest and close."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.elements: list[dict] = []
+        self.open: list[dict] = []
+        self.feed(text)
+        self.close()
+        assert not self.stack, f"unclosed tags: {self.stack}"
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        element = {"tag": tag, **{k: v for k, v in attrs}, "text": ""}
+        self.elements.append(element)
+        if tag not in VOID:
+            self.stack.append(tag)
+            self.open.append(element)
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.stack and self.stack[-1] == tag, f"</{tag}> closes {self.stack[-1:]}"
+        self.stack.pop()
+        self.open.pop()
+
+    def handle_data(self, data: str) -> None:
+        if self.open:
+            self.open[-1]["text"] += data
+
+    def having(self, attr: str) -> list[dict]:
+        return [e for e in self.elements if attr in e]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    """``parity ARGS`` in this process."""
+    stderr, stdout = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(stdout):
+        code = main(list(args))
+    return subprocess.CompletedProcess(args, code, stdout.getvalue(), stderr.getvalue())
+
+
+@pytest.fixture(scope="module")
+def readme_report(tmp_path_factory) -> tuple[Path, Page, str]:
+    """The README's report command, once for the module."""
+    out = tmp_path_factory.mktemp("report")
+    proc = run("report", *(str(ROOT / p) for p in README_INPUTS), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    text = (out / "index.html").read_text()
+    return out, Page(text), text
+
+
+def _raw(path: str):
+    return json.loads((ROOT / path).read_text())
+
+
+def test_each_committed_file_is_recognized_by_its_structure():
+    kinds = [results.load(ROOT / p).kind for p in README_INPUTS]
+    assert kinds == ["check", "gate-speed", "bench", "mixer", "precision"]
+
+
+def test_the_page_is_self_contained_and_carries_every_plot(readme_report):
+    _, page, text = readme_report
+    assert "http://" not in text and "https://" not in text
+    plots = {e["data-plot"]: e for e in page.having("data-plot")}
+    ops = {c["op"] for c in _raw(README_INPUTS[0])["cases"]}
+    expected = {f"trend:r0:{op}" for op in ops} | {"bench:r2:nemotron", "mixer:r3", "trend:r4:ssd_combined"}
+    assert set(plots) == expected
+    for element in plots.values():
+        assert element["tag"] == "img"
+        head, data = element["src"].split(",", 1)
+        assert head == "data:image/png;base64"
+        assert base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_matrix_shows_the_worst_err_over_bound_of_each_cell_of_the_json(readme_report):
+    _, page, _ = readme_report
+    worst: dict[tuple, float] = defaultdict(float)
+    for case in _raw(README_INPUTS[0])["cases"]:
+        for q in case["quantities"]:
+            key = (case["op"], case["impl"], case["dtype"], q["name"])
+            worst[key] = max(worst[key], q["candidate"]["max_abs"] / q["bound"])
+    shown = {}
+    for cell in page.having("data-quantity"):
+        key = (cell["data-op"], cell["data-impl"], cell["data-dtype"], cell["data-quantity"])
+        if key in worst:  # the precision sweep's ssd_combined cells are its own implementations
+            shown[key] = cell
+    assert set(shown) == set(worst)
+    for key, cell in shown.items():
+        assert float(cell["data-ratio"]) == pytest.approx(worst[key], rel=1e-12)
+        assert cell["text"] == format(worst[key], ".2g")
+
+
+def test_the_benchmark_gate_and_mixer_numbers_are_the_json_numbers(readme_report):
+    _, page, _ = readme_report
+    bench = {e["data-bench"]: float(e["data-ms"]) for e in page.having("data-bench")}
+    rows = _raw(README_INPUTS[2])["rows"]
+    assert bench == {f"{r['op']}|{r['shape']}|{i}": t["fwd_ms"] for r in rows for i, t in r["impls"].items()}
+    targets = {e["data-target"]: float(e["data-value"]) for e in page.having("data-target")}
+    assert targets == {k: v["value"] for k, v in _raw(README_INPUTS[3])["targets"].items()}
+    gate = _raw(README_INPUTS[1])[0]
+    assert [int(e["data-cases"]) for e in page.having("data-cases")] == [gate["cases"]]
+    timing = gate["timing"][0]
+    speedups = [float(e["data-speedup"]) for e in page.having("data-speedup")]
+    assert speedups == [pytest.approx(timing["baseline_ms"] / timing["candidate_ms"])]
+
+
+def test_the_summary_is_short_and_names_every_input(readme_report):
+    out, _, _ = readme_report
+    summary = (out / "summary.md").read_text()
+    assert len(summary.splitlines()) < 60
+    for path in README_INPUTS:
+        assert f"`{results.load(ROOT / path).name}`" in summary
+    assert "264 cases over 7 ops, 0 failed" in summary
+
+
+def _check(cases: list[dict]) -> dict:
+    return results.stamped("check", {"meta": {"device": "cpu"}, "cases": cases})
+
+
+def test_two_files_give_a_diff_with_the_cell_that_grew_first(tmp_path):
+    cases = [c for c in _raw(README_INPUTS[0])["cases"] if c["op"] == "chunk_cumsum"]
+    after = copy.deepcopy(cases)
+    grown = next(c for c in after if c["impl"] == "helion" and c["dtype"] == "float32")
+    grown["quantities"][0]["candidate"]["max_abs"] = 3 * grown["quantities"][0]["bound"]
+    grown["quantities"][0]["passed"] = grown["passed"] = False
+    (tmp_path / "before.json").write_text(json.dumps(_check(cases)))
+    (tmp_path / "after.json").write_text(json.dumps(_check(after)))
+    proc = run("report", str(tmp_path / "before.json"), str(tmp_path / "after.json"), "--out", str(tmp_path / "r"))
+    assert proc.returncode == 1  # the after file fails
+    page = Page((tmp_path / "r" / "index.html").read_text())
+    rows = page.having("data-diff")
+    name = grown["quantities"][0]["name"]
+    assert rows[0]["data-diff"] == f"chunk_cumsum|helion|float32|{name}"
+    assert float(rows[0]["data-after"]) == pytest.approx(3.0)
+    assert "diff:r1" in {e["data-plot"] for e in page.having("data-plot")}
+    summary = (tmp_path / "r" / "summary.md").read_text()
+    assert f"chunk_cumsum helion float32 {name}:" in summary and "FAIL `parity check --op chunk_cumsum" in summary
+
+
+def test_a_tuning_run_plots_time_per_config_with_its_verdicts(tmp_path):
+    trials = [
+        {"config": {"block_sizes": [b]}, "ms": ms, "error": None, "passed": ok, "failure": None if ok else "FAIL x"}
+        for b, ms, ok in ((16, 0.5, True), (32, 0.3, False), (64, 0.9, None))
+    ]
+    trials.append({"config": {"block_sizes": [128]}, "ms": None, "error": "OutOfResources", "passed": None})
+    (tmp_path / "tune.json").write_text(json.dumps(results.stamped("tune", {"meta": {}, "trials": trials})))
+    assert run("report", str(tmp_path / "tune.json"), "--out", str(tmp_path / "r")).returncode == 0
+    page = Page((tmp_path / "r" / "index.html").read_text())
+    assert [e["data-plot"] for e in page.having("data-plot")] == ["tune:r0"]
+    assert [e["data-trial-ms"] for e in page.having("data-trial-ms")] == ["0.3", "0.5", "0.9", "None"]
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("{oops", "not a parity result (not JSON"),
+        ('{"block_sizes": [32, 1]}', "not a parity result (expected the JSON of parity check"),
+        ('{"format": "parity-check", "version": 99, "cases": []}', "newer format (parity-check version 99"),
+        ('{"format": "something-else", "version": 1}', 'unknown format "something-else"'),
+        ('{"format": "parity-check", "version": 1, "cases": [{"op": "x"}]}', "malformed parity-check result"),
+        ('{"meta": {}, "rows": [{"op": "x"}]}', "malformed parity-bench result: missing field 'shape'"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, content, needle):
+    good, bad = ROOT / README_INPUTS[3], tmp_path / "bad.json"
+    bad.write_text(content)
+    proc = run("report", str(good), str(bad), "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2 and not (tmp_path / "r").exists()
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and needle in lines[0], proc.stderr
+
+
+def test_check_writes_its_json_with_the_format_marker_and_its_report(tmp_path):
+    proc = run(
+        "check",
+        *("--op", "chunk_cumsum", "--impl", "triton", "--dtype", "float32", "--examples", "0", "--forward-only"),
+        *("--json", str(tmp_path / "out.json"), "--report", str(tmp_path / "r")),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert (data["format"], data["version"]) == ("parity-check", results.FORMATS["check"])
+    page = Page((tmp_path / "r" / "index.html").read_text())
+    cells = page.having("data-ratio")
+    assert cells and {c["data-op"] for c in cells if "data-op" in c} == {"chunk_cumsum"}
+
+
+def test_the_pytest_plugin_writes_the_report_of_the_recorded_cases(pytester, tmp_path):
+    case = next(c for c in _raw(README_INPUTS[0])["cases"] if c["op"] == "bmm_chunk")
+    pytester.makepyfile(
+        f"""
+        import json
+        from types import SimpleNamespace
+
+        def test_one(parity_record):
+            parity_record(SimpleNamespace(to_dict=lambda: json.loads({json.dumps(case)!r})))
+        """
+    )
+    out = tmp_path / "r"
+    result = pytester.runpytest_inprocess("-p", "parity.pytest_plugin", "-p", "no:cacheprovider", "--report", str(out))
+    result.assert_outcomes(passed=1)
+    recorded = json.loads((out / "results.json").read_text())
+    assert recorded["format"] == "parity-check" and recorded["cases"] == [case]
+    assert "bmm_chunk" in (out / "summary.md").read_text()
