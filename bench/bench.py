@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from parity import device, registry
 from parity.report import atomic_write
+from parity.results import stamped
 from parity.spec import Impl, OpSpec
 
 SSD_SHAPES = {
@@ -190,7 +191,7 @@ def main() -> int:
         "ceilings": ceil,
     }
     if args.json_path:
-        atomic_write(args.json_path, json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        atomic_write(args.json_path, json.dumps(stamped("bench", {"meta": meta, "rows": rows}), indent=1) + "\n")
     return 0
 
 

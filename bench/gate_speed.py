@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from parity import device, registry, tolerances
 from parity.gate import gate
 from parity.report import atomic_write
+from parity.results import stamped
 from parity.strategies import get_profile
 
 
@@ -116,7 +117,7 @@ def main() -> int:
         for failure in result["failures"]:
             print(failure, flush=True)
         if args.json_path:
-            atomic_write(args.json_path, json.dumps(results, indent=1) + "\n")
+            atomic_write(args.json_path, json.dumps(stamped("gate-speed", {"results": results}), indent=1) + "\n")
     return 0 if all(r["passed"] for r in results) else 1
 
 

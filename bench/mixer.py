@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from parity import device as parity_device
 from parity.report import atomic_write
+from parity.results import stamped
 
 SHAPES: dict[str, dict[str, Any]] = {
     "nemotron": {
@@ -470,7 +471,7 @@ def main() -> int:
     }
     if args.json_path:
         payload = {"meta": meta, "targets": targets, "mixer": mixer, "norm_bwd": norm}
-        atomic_write(args.json_path, json.dumps(payload, indent=1, default=str) + "\n")
+        atomic_write(args.json_path, json.dumps(stamped("mixer", payload), indent=1, default=str) + "\n")
     return 0
 
 

@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from parity import device as parity_device
 from parity.report import atomic_write
+from parity.results import stamped
 
 REPRODUCER = {
     "batch": 2,
@@ -262,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 report["records"].append(record)
                 print(f"seed {seed} cs{chunk} {record['config']}: {describe(record, args.max_ratio)}", flush=True)
             if args.json:
-                atomic_write(args.json, json.dumps(report, indent=1) + "\n")
+                atomic_write(args.json, json.dumps(stamped("precision", report), indent=1) + "\n")
     report["summary"] = {
         "cases": len(report["records"]),
         "failing_cases": bad,
@@ -270,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seconds": round(time.perf_counter() - start, 1),
     }
     if args.json:
-        atomic_write(args.json, json.dumps(report, indent=1) + "\n")
+        atomic_write(args.json, json.dumps(stamped("precision", report), indent=1) + "\n")
     print(f"{len(report['records'])} cases, {bad} failing (ratio > {args.max_ratio:g} or gate)", flush=True)
     for label, per_quantity in report["summary"]["per_config"].items():
         for name, q in per_quantity.items():

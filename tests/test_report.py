@@ -91,6 +91,14 @@ def test_each_committed_file_is_recognized_by_its_structure():
     assert kinds == ["check", "gate-speed", "bench", "mixer", "precision"]
 
 
+@pytest.mark.parametrize("path", README_INPUTS[1:])
+def test_a_file_with_the_format_marker_the_writers_now_add_reads_as_its_older_twin(path):
+    old = results.load(ROOT / path)
+    body = {"results": old.data["results"]} if old.kind == "gate-speed" else old.data
+    new = results.parse(json.loads(json.dumps(results.stamped(old.kind, body))), "new.json")
+    assert (new.kind, new.passed, new.meta, len(new.cases)) == (old.kind, old.passed, old.meta, len(old.cases))
+
+
 def test_the_page_is_self_contained_and_carries_every_plot(readme_report):
     _, page, text = readme_report
     assert "http://" not in text and "https://" not in text
