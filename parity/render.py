@@ -217,7 +217,7 @@ def _trend(label: str, op: str, cases: list[Case]) -> str:
     floor = min((c.ratio for c in usable if c.ratio > 0), default=1e-3) / 2
     fig = _figure(2.6 * len(axes) + 2.4, 1.9 * len(dtypes) + 0.9, right=2.3, top=0.45)
     grid = fig.subplots(len(dtypes), len(axes), sharey=True, squeeze=False)
-    for row, dtype in zip(grid, dtypes, strict=True):
+    for number, (row, dtype) in enumerate(zip(grid, dtypes, strict=True)):
         for column, (ax, (name, fn)) in enumerate(zip(row, axes, strict=True)):
             for impl in impls:
                 for ragged, marker in ((False, "o"), (True, "x"), (None, "o")):
@@ -247,7 +247,7 @@ def _trend(label: str, op: str, cases: list[Case]) -> str:
             ax.tick_params(labelsize=8)
             if column == 0:
                 ax.set_ylabel(f"{dtype}\nerr / bound", fontsize=9)
-            if row is grid[-1]:
+            if number == len(dtypes) - 1:
                 ax.set_xlabel(name, fontsize=9)
     handles = [Line2D([], [], ls="", marker="o", color=colours[i], label=i) for i in impls]
     if any(_ragged(c.problem) for c in usable):
@@ -657,10 +657,19 @@ def diff_rows(before: Result, after: Result) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (-r["growth"], r["key"]))
 
 
+def pairs(results: Sequence[Result]) -> list[tuple[Result, Result]]:
+    """What to diff: each file with cases against the first file of its kind, where they share a cell."""
+    first: dict[str, Result] = {}
+    found = []
+    for result in (r for r in results if r.cases):
+        before = first.setdefault(result.kind, result)
+        if before is not result and diff_rows(before, result):
+            found.append((before, result))
+    return found
+
+
 def _diff_section(before: Result, after: Result, label: str, limit: int = 40) -> str:
     rows = diff_rows(before, after)
-    if not rows:
-        return "<p>no (op, implementation, dtype, quantity) in common.</p>"
     fig = _figure(5.2, 4.4)
     ax = fig.subplots()
     xs = [max(r["before"], 1e-6) for r in rows]
@@ -717,7 +726,8 @@ def _headline(result: Result) -> str:
         ops = len({c.op for c in result.cases})
         worst = max(result.cases, key=lambda c: c.ratio)
         return (
-            f"{len(result.cases)} cases over {ops} ops, {failed} failed; worst err/bound {_fmt(worst.ratio)} "
+            f"{len(result.cases)} cases over {ops} op{'s' if ops > 1 else ''}, {failed} failed; worst err/bound "
+            f"{_fmt(worst.ratio)} "
             f"({worst.op} {worst.impl} {worst.dtype})"
         )
     if result.kind == "gate-speed":
@@ -781,10 +791,9 @@ def html_page(results: Sequence[Result]) -> str:
             + f"<p>{_esc(_headline(result))}</p>"
         )
         body.append(SECTIONS[result.kind](result, label))
-    with_cases = [(r, label) for r, label in zip(results, labels, strict=True) if r.cases]
-    for after, label in with_cases[1:]:
-        before = with_cases[0][0]
-        body.append(f'<h2 id="diff-{label}">diff: {_esc(before.name)} → {_esc(after.name)}</h2>')
+    for before, after in pairs(results):
+        label = labels[results.index(after)]
+        body.append(f'<h2 id="diff-{label}">diff: {_esc(before.path)} → {_esc(after.path)}</h2>')
         body.append(_diff_section(before, after, label))
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>parity report</title>'
@@ -797,13 +806,13 @@ def summary_md(results: Sequence[Result], limit: int = 8) -> str:
     lines = ["# parity report", "", "| input | kind | verdict | in one line |", "|---|---|---|---|"]
     for r in results:
         verdict = {True: "pass", False: "**FAIL**", None: "measurement"}[r.passed]
-        lines.append(f"| `{r.name}` | {TITLES[r.kind]} | {verdict} | {_headline(r)} |")
+        lines.append(f"| `{r.path}` | {TITLES[r.kind]} | {verdict} | {_headline(r)} |")
     for r in results:
         if not r.cases:
             continue
         lines += [
             "",
-            f"## `{r.name}`: worst err/bound per op",
+            f"## `{r.path}`: worst err/bound per op",
             "",
             "| op | cases | failed | worst | at |",
             "|---|--:|--:|--:|---|",
@@ -820,10 +829,9 @@ def summary_md(results: Sequence[Result], limit: int = 8) -> str:
             lines.append(f"- FAIL `{case.reproducer}`")
         if len(failed) > limit:
             lines.append(f"- … and {len(failed) - limit} more failing cases (index.html lists them)")
-    with_cases = [r for r in results if r.cases]
-    for after in with_cases[1:]:
-        rows = [row for row in diff_rows(with_cases[0], after) if row["growth"] > 1.05][:limit]
-        lines += ["", f"## diff `{with_cases[0].name}` → `{after.name}`: cells that grew", ""]
+    for before, after in pairs(results):
+        rows = [row for row in diff_rows(before, after) if row["growth"] > 1.05][:limit]
+        lines += ["", f"## diff `{before.path}` → `{after.path}`: cells that grew", ""]
         lines += [f"- {' '.join(row['key'])}: {_fmt(row['before'])} → {_fmt(row['after'])}" for row in rows] or [
             "- none grew by more than 5%"
         ]

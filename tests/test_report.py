@@ -150,7 +150,7 @@ def test_the_summary_is_short_and_names_every_input(readme_report):
     summary = (out / "summary.md").read_text()
     assert len(summary.splitlines()) < 60
     for path in README_INPUTS:
-        assert f"`{results.load(ROOT / path).name}`" in summary
+        assert f"`{ROOT / path}`" in summary
     assert "264 cases over 7 ops, 0 failed" in summary
 
 
@@ -176,6 +176,32 @@ def test_two_files_give_a_diff_with_the_cell_that_grew_first(tmp_path):
     assert "diff:r1" in {e["data-plot"] for e in page.having("data-plot")}
     summary = (tmp_path / "r" / "summary.md").read_text()
     assert f"chunk_cumsum helion float32 {name}:" in summary and "FAIL `parity check --op chunk_cumsum" in summary
+
+
+def test_a_gate_shows_its_evidence_and_its_cases(tmp_path):
+    cases = [c for c in _raw(README_INPUTS[0])["cases"] if c["op"] == "state_passing" and c["impl"] == "helion"]
+    determinism = {"problem": cases[0]["problem"], "dtype": "float32", "reruns": 2, "bitwise_identical": True}
+    evidence = {
+        "cases": len(cases),
+        "problems": sorted({json.dumps(c["problem"], sort_keys=True) for c in cases}),
+        "seeds": sorted({c["seed"] for c in cases}),
+        "dtypes": ["float16", "float32"],
+        "determinism": [{**determinism, "max_spread": 0.0, "ok": True}],
+        "timing": [{"problem": {"seqlen": 64}, "dtype": "float32", "candidate_ms": 2.0, "baseline_ms": 3.0}],
+    }
+    meta = {"device": "cuda", "gpu": "NVIDIA H200", "torch": "2.11", "triton": "3.6.0", "helion": "1.5.0"}
+    gate = {"meta": meta, "op": "state_passing", "impl": "helion@cfg.json", "config": {}, "passed": True}
+    (tmp_path / "gate.json").write_text(
+        json.dumps(results.stamped("gate", {**gate, "evidence": evidence, "cases": cases}))
+    )
+    assert run("report", str(tmp_path / "gate.json"), "--out", str(tmp_path / "r")).returncode == 0
+    text = (tmp_path / "r" / "index.html").read_text()
+    page = Page(text)
+    assert [int(e["data-cases"]) for e in page.having("data-cases")] == [len(cases)]
+    assert [float(e["data-speedup"]) for e in page.having("data-speedup")] == [1.5]
+    assert "torch 2.11, triton 3.6.0, helion 1.5.0" in text and "NVIDIA H200" in text
+    assert {e["data-plot"] for e in page.having("data-plot")} == {"trend:r0:state_passing"}
+    assert {e["data-impl"] for e in page.having("data-quantity")} == {"helion"}
 
 
 def test_a_tuning_run_plots_time_per_config_with_its_verdicts(tmp_path):
