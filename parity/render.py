@@ -215,7 +215,7 @@ def _trend(label: str, op: str, cases: list[Case]) -> str:
     impls = _ordered(c.impl for c in usable)
     colours = {impl: f"C{i % 10}" for i, impl in enumerate(impls)}
     floor = min((c.ratio for c in usable if c.ratio > 0), default=1e-3) / 2
-    fig = _figure(2.6 * len(axes) + 2.4, 1.9 * len(dtypes) + 0.9, right=2.3, top=0.45)
+    fig = _figure(max(2.6 * len(axes) + 2.6, 7.5), 1.9 * len(dtypes) + 0.9, left=1.0, right=2.3, top=0.45)
     grid = fig.subplots(len(dtypes), len(axes), sharey=True, squeeze=False)
     for number, (row, dtype) in enumerate(zip(grid, dtypes, strict=True)):
         for column, (ax, (name, fn)) in enumerate(zip(row, axes, strict=True)):
@@ -776,7 +776,8 @@ def html_page(results: Sequence[Result]) -> str:
             for r, label in zip(results, labels, strict=True)
         ),
     )
-    body = [f"<h1>parity report</h1><p class='muted'>{len(results)} input files</p>", overview]
+    files = f"{len(results)} input file{'s' if len(results) != 1 else ''}"
+    body = [f"<h1>parity report</h1><p class='muted'>{files}</p>", overview]
     body.append(
         "<p class='muted'>Matrix cells: the worst max-abs error over its bound of each implementation, dtype and "
         "output/gradient, across every case (green far under the bound, red at it, dark red over it; hover a cell "
