@@ -355,6 +355,19 @@ def _remember(key: tuple, oracle: Run, base_run: Run | None) -> None:
         _SHARED.pop(next(iter(_SHARED)))
 
 
+def limit_shared_gpu_bytes(limit: int) -> None:
+    """Keep at most ``limit`` bytes of shared runs on the GPU (a worker shares the device with the others)."""
+    global _SHARED_GPU_BYTES
+    _SHARED_GPU_BYTES = limit
+
+
+def forget() -> None:
+    """Drop every remembered input, upstream gradient and shared run (a worker that ran short of device memory)."""
+    _SHARED.clear()
+    _INPUTS.clear()
+    _UPSTREAM.clear()
+
+
 def _gpu_bytes() -> int:
     """Bytes of GPU tensors held by the shared runs."""
     return sum(

@@ -11,16 +11,19 @@ name in the registry (:func:`resolve`): only registered ops can be spread.
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import os
 import queue
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
+from parity import runner
 from parity.runner import CaseResult, run_problem
 from parity.spec import Impl, OpSpec, dtype_name, parse_dtype
 from parity.strategies import Profile, plan
@@ -37,6 +40,8 @@ def _start(device: str, tolerances: Tolerances, workers: int = 1) -> None:
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(workers, 1)))
     device_mod.configure(device)
+    if device == "cuda":
+        runner.limit_shared_gpu_bytes(int(_CACHE_SHARE * torch.cuda.get_device_properties(0).total_memory / workers))
     _WORKER.update(specs=registry.load(), tolerances=tolerances)
 
 
@@ -59,13 +64,53 @@ def _serve(index: int, inbox: Any, outbox: Any, device: str, tolerances: Toleran
     while (message := inbox.get()) is not None:
         group, calls = message
         for position, (fn, args) in enumerate(calls):
-            try:
-                result = fn(*args)
-            except BaseException:
-                outbox.put(("error", index, group, traceback.format_exc()))
+            for attempt in range(_OOM_RETRIES + 1):
+                try:
+                    result = fn(*args)
+                except BaseException:
+                    result = failure = traceback.format_exc()
+                else:
+                    failure = None
+                if attempt == _OOM_RETRIES or not _out_of_memory(result):
+                    break
+                _release(wait=2.0**attempt)
+            if failure is not None:
+                outbox.put(("error", index, group, failure))
                 return
             outbox.put(("result", index, (group, position), result))
+        if device == "cuda" and torch.cuda.memory_reserved() > _KEEP_RESERVED:
+            _release(wait=0.0)
         outbox.put(("done", index, group, None))
+
+
+_CACHE_SHARE = 0.25
+"""Share of the device's memory that the workers' oracle/baseline caches may hold, all together."""
+_KEEP_RESERVED = 4 << 30
+"""A worker gives its cached device memory back after a group when it holds more than this."""
+_OOM_RETRIES = 4
+"""Times a call that ran out of device memory (other workers held it) is retried, after giving back memory
+and waiting 1, 2, 4, 8 s, before its failure counts."""
+
+
+def _out_of_memory(outcome: Any) -> bool:
+    """Whether a call failed for want of device memory: its traceback, or an error or note of a case it returned
+    (a baseline that ran out of memory would only leave a note)."""
+    if isinstance(outcome, str):
+        texts = [outcome]
+    elif isinstance(outcome, list):
+        texts = [t for r in outcome if isinstance(r, CaseResult) for t in (*r.errors, *r.notes)]
+    else:
+        return False
+    return any("OutOfMemoryError" in t or "CUDA out of memory" in t for t in texts)
+
+
+def _release(wait: float) -> None:
+    """Give this worker's cached inputs, runs and device memory back, then wait ``wait`` seconds."""
+    runner.forget()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    time.sleep(wait)
 
 
 Work = tuple[Sequence[Sequence[Call]], Sequence[tuple[int, Call]]]

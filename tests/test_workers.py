@@ -75,3 +75,31 @@ def test_gate_spread_over_workers_matches_one_process(parity_tolerances):
     assert _verdicts(spread.cases) == _verdicts(alone.cases)
     assert alone.passed and spread.passed
     assert len(spread.determinism) == 1 and spread.determinism[0]["bitwise_identical"]
+
+
+def test_a_call_that_ran_out_of_device_memory_is_retried_after_giving_memory_back(monkeypatch):
+    """Other workers may hold the device's memory for a moment: an out-of-memory failure, raised or left in a
+    case's errors or notes (a baseline's only leaves a note), is retried after a release; other failures are not."""
+    import queue
+
+    from parity import workers
+
+    short = CaseResult("op", "impl", "float32", "cuda", {}, 0, notes=["baseline failed: OutOfMemoryError: CUDA"])
+    outcomes = [RuntimeError("CUDA out of memory. Tried to allocate 1 GiB"), [short], ["ok"], ValueError("bad")]
+
+    def flaky() -> list:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    released: list[float] = []
+    monkeypatch.setattr(workers, "_start", lambda *args: None)
+    monkeypatch.setattr(workers, "_release", lambda wait: released.append(wait))
+    inbox, outbox = queue.Queue(), queue.Queue()
+    inbox.put((0, [(flaky, ()), (flaky, ())]))
+    workers._serve(0, inbox, outbox, "cpu", None, 2)
+    messages = [outbox.get_nowait() for _ in range(outbox.qsize())]
+    assert released == [1.0, 2.0]
+    assert messages[0] == ("result", 0, (0, 0), ["ok"])
+    assert messages[1][0] == "error" and "ValueError: bad" in messages[1][3]
