@@ -5,6 +5,7 @@ parametrized test case per registered op, implementation and dtype (any test tha
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,10 @@ def pytest_configure(config: pytest.Config) -> None:
     device = _device(config)
     if device == "cpu" or _cuda_available():
         parity_device_mod.configure(device)
+    if device == "cuda" and _cuda_available():
+        from parity.workers import share_device
+
+        share_device(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
 
 def _cuda_available() -> bool:

@@ -41,8 +41,13 @@ def _start(device: str, tolerances: Tolerances, workers: int = 1) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(workers, 1)))
     device_mod.configure(device)
     if device == "cuda":
-        runner.limit_shared_gpu_bytes(int(_CACHE_SHARE * torch.cuda.get_device_properties(0).total_memory / workers))
+        share_device(workers)
     _WORKER.update(specs=registry.load(), tolerances=tolerances)
+
+
+def share_device(workers: int) -> None:
+    """This process is one of ``workers`` on the CUDA device: its oracle/baseline cache takes its share."""
+    runner.limit_shared_gpu_bytes(int(_CACHE_SHARE * torch.cuda.get_device_properties(0).total_memory / workers))
 
 
 def resolve(spec: OpSpec | str) -> OpSpec:
@@ -64,18 +69,10 @@ def _serve(index: int, inbox: Any, outbox: Any, device: str, tolerances: Toleran
     while (message := inbox.get()) is not None:
         group, calls = message
         for position, (fn, args) in enumerate(calls):
-            for attempt in range(_OOM_RETRIES + 1):
-                try:
-                    result = fn(*args)
-                except BaseException:
-                    result = failure = traceback.format_exc()
-                else:
-                    failure = None
-                if attempt == _OOM_RETRIES or not _out_of_memory(result):
-                    break
-                _release(wait=2.0**attempt)
-            if failure is not None:
-                outbox.put(("error", index, group, failure))
+            try:
+                result = patient(fn, *args)
+            except BaseException:
+                outbox.put(("error", index, group, traceback.format_exc()))
                 return
             outbox.put(("result", index, (group, position), result))
         if device == "cuda" and torch.cuda.memory_reserved() > _KEEP_RESERVED:
@@ -90,6 +87,23 @@ _KEEP_RESERVED = 4 << 30
 _OOM_RETRIES = 4
 """Times a call that ran out of device memory (other workers held it) is retried, after giving back memory
 and waiting 1, 2, 4, 8 s, before its failure counts."""
+
+
+def patient(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, run again after giving device memory back while it runs out of it (other processes on the
+    device may hold it for a moment): what it returns or raises on its last try counts."""
+    attempt = 0
+    while True:
+        try:
+            result = fn(*args)
+        except BaseException:
+            if attempt == _OOM_RETRIES or not _out_of_memory(traceback.format_exc()):
+                raise
+        else:
+            if attempt == _OOM_RETRIES or not _out_of_memory(result):
+                return result
+        _release(wait=2.0**attempt)
+        attempt += 1
 
 
 def _out_of_memory(outcome: Any) -> bool:

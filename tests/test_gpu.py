@@ -11,6 +11,7 @@ import pytest
 from parity import registry
 from parity.runner import run_problem
 from parity.spec import parse_dtype
+from parity.workers import patient
 
 pytestmark = pytest.mark.gpu
 
@@ -30,8 +31,8 @@ def test_training_shape(op, dtype, parity_tolerances):
     assert spec.training_problems, f"{op} declares no training shape"
     failures = []
     for problem in spec.training_problems:
-        for result in run_problem(
-            spec, list(spec.impls().values()), problem, parse_dtype(dtype), 0, "cuda", parity_tolerances
+        for result in patient(
+            run_problem, spec, list(spec.impls().values()), problem, parse_dtype(dtype), 0, "cuda", parity_tolerances
         ):
             print(result.message())
             if not result.passed:

@@ -8,18 +8,20 @@ import json
 from parity.runner import run_problem
 from parity.spec import parse_dtype
 from parity.strategies import drive
+from parity.workers import patient
 
 
 def test_parity(parity_case, parity_device, parity_profile, parity_tolerances, parity_record):
     """The implementation passes the verdict on pinned and generated problems, forward and backward (on the GPU,
-    the problems of one compile group, the training shape among them)."""
+    the problems of one compile group, the training shape among them, each run again while other processes hold
+    the device's memory)."""
     case = parity_case
     dtype = parse_dtype(case.dtype_name)
     if case.problems:
         failures = []
         for problem, seed in case.problems:
-            for result in run_problem(
-                case.spec, [case.impl], json.loads(problem), dtype, seed, parity_device, parity_tolerances
+            for result in patient(
+                run_problem, case.spec, [case.impl], json.loads(problem), dtype, seed, parity_device, parity_tolerances
             ):
                 parity_record(result)
                 if not result.passed:
