@@ -10,7 +10,8 @@ import helion.language as hl
 import torch
 
 from kernels import STATIC_SHAPES
-from kernels.chunk_cumsum import ConfigLike, launch
+from kernels.launch import ConfigLike, launch
+from ops.checks import check_bmm_chunk
 
 
 @helion.kernel(static_shapes=STATIC_SHAPES, dot_precision="ieee")
@@ -70,18 +71,7 @@ def bmm_chunk_args(
     """Validate the wrapper's arguments and return the arguments of :data:`bmm_chunk_kernel` (what a tuner
     passes to ``bmm_chunk_kernel.autotune``); ungrouped a, b get a group axis of size 1. ``causal`` changes
     nothing (see :func:`bmm_chunk_fwd`)."""
-    if a.dim() not in (3, 4) or min(a.shape) < 1:
-        raise ValueError(
-            f"a must be a non-empty (batch, seqlen, k) or (batch, seqlen, ngroups, k), got shape {tuple(a.shape)}"
-        )
-    if b.shape != a.shape:
-        raise ValueError(f"b must have the shape of a {tuple(a.shape)}, got {tuple(b.shape)}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-    if seq_idx is not None and seq_idx.shape != a.shape[:2]:
-        raise ValueError(f"seq_idx must have shape {tuple(a.shape[:2])}, got {tuple(seq_idx.shape)}")
-    if seq_idx is not None and (seq_idx.is_floating_point() or seq_idx.is_complex() or seq_idx.dtype == torch.bool):
-        raise TypeError(f"seq_idx must be an integer tensor, got {seq_idx.dtype}")
+    check_bmm_chunk(a, b, chunk_size, seq_idx)
     a4, b4 = (a, b) if a.dim() == 4 else (a.unsqueeze(2), b.unsqueeze(2))
     dot_dtype = a.dtype if a.dtype == b.dtype else torch.float32
     out_dtype = a.dtype if output_dtype is None else output_dtype

@@ -1,17 +1,8 @@
 """Helion port of mamba-ssm's ``_chunk_cumsum_fwd``: dt (+ bias, softplus, clamp) laid out per chunk, and
-the cumulative sum of dt * A inside each chunk.
-
-Also home of :func:`launch`, the explicit-config launcher shared by the SSD kernel modules: it runs a Helion
-kernel with one explicit config (the kernel's default config when none is given), never autotuning, and
-keeps each compiled config per argument signature.
-"""
+the cumulative sum of dt * A inside each chunk."""
 
 from __future__ import annotations
 
-import functools
-import json
-import math
-from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import helion
@@ -20,50 +11,8 @@ import torch
 import triton
 
 from kernels import STATIC_SHAPES
-
-ConfigLike = helion.Config | Mapping[str, Any] | None
-
-_COMPILED: dict[tuple[Hashable, ...], Callable[..., Any]] = {}
-
-
-def as_config(config: helion.Config | Mapping[str, Any]) -> helion.Config:
-    """A ``helion.Config`` from a Config or a plain dict of its fields."""
-    return config if isinstance(config, helion.Config) else helion.Config(**dict(config))
-
-
-def _signature(value: Any) -> Hashable:
-    """What a static-shape Helion kernel specializes on: a tensor's dtype, shape, strides, device and 16-byte
-    alignment; any other argument's value."""
-    if isinstance(value, torch.Tensor):
-        return (value.dtype, tuple(value.shape), value.stride(), value.device, value.data_ptr() % 16 == 0)
-    return value
-
-
-@functools.cache
-def _static_twin(kernel: helion.Kernel) -> helion.Kernel:
-    """The same kernel compiled per shape (``static_shapes=True``)."""
-    return helion.kernel(kernel.fn, settings=kernel.settings.copy(static_shapes=True))
-
-
-def launch(kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike, *, static: bool = False) -> Any:
-    """Run ``kernel(*args)`` with ``config`` (the kernel's default config when None), never autotuning.
-    Compiles once per argument signature and config; later calls skip Helion's binding entirely.
-
-    ``static``: run the kernel's static-shape twin (compiled per shape). For a kernel that tiles one tensor's
-    extent and indexes another tensor with that tile, when that extent is 1: Helion 1.5.0's dynamic shapes
-    drop the index of the size-1 dim while the tile keeps its block size (wrong results, e.g. a 1-row norm)."""
-    if static and not kernel.settings.static_shapes:
-        kernel = _static_twin(kernel)
-    config_key = None if config is None else json.dumps(dict(config), sort_keys=True, default=str)
-    pointers = [arg.data_ptr() for arg in args if isinstance(arg, torch.Tensor)]
-    aliasing = tuple(pointers.index(p) for p in pointers)  # Helion also specializes on aliased inputs
-    key = (kernel, config_key, aliasing, *map(_signature, args))
-    compiled = _COMPILED.get(key)
-    if compiled is None:
-        bound = kernel.bind(args)
-        cfg = bound.config_spec.default_config() if config is None else as_config(config)
-        compiled = _COMPILED[key] = bound.compile_config(cfg)
-    return compiled(*args)
+from kernels.launch import ConfigLike, launch
+from ops.checks import check_chunk_cumsum
 
 
 @helion.kernel(static_shapes=STATIC_SHAPES)
@@ -128,17 +77,7 @@ def chunk_cumsum_args(
 ) -> tuple[Any, ...]:
     """Validate the wrapper's arguments and return the arguments of :data:`chunk_cumsum_kernel` (what a tuner
     passes to ``chunk_cumsum_kernel.autotune``)."""
-    if dt.dim() != 3 or math.prod(dt.shape) == 0:
-        raise ValueError(f"dt must be a non-empty (batch, seqlen, nheads), got shape {tuple(dt.shape)}")
-    if not dt.is_floating_point():
-        raise TypeError(f"dt must be a floating-point tensor, got {dt.dtype}")
-    nheads = dt.shape[2]
-    if A.shape != (nheads,):
-        raise ValueError(f"A must have shape ({nheads},), got {tuple(A.shape)}")
-    if dt_bias is not None and dt_bias.shape != (nheads,):
-        raise ValueError(f"dt_bias must have shape ({nheads},), got {tuple(dt_bias.shape)}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    check_chunk_cumsum(dt, A, chunk_size, dt_bias)
     return (
         dt,
         A,

@@ -11,7 +11,8 @@ import helion.language as hl
 import torch
 
 from kernels import STATIC_SHAPES
-from kernels.chunk_cumsum import ConfigLike, launch
+from kernels.launch import ConfigLike, launch
+from ops.checks import check_chunk_scan
 
 
 @helion.kernel(
@@ -122,38 +123,7 @@ def chunk_scan_args(
 ) -> tuple[Any, ...]:
     """Validate the wrapper's arguments and return the arguments of :data:`chunk_scan_kernel` (what a tuner
     passes to ``chunk_scan_kernel.autotune``)."""
-    if x.dim() != 4 or min(x.shape) < 1:
-        raise ValueError(f"x must be a non-empty (batch, seqlen, nheads, headdim), got shape {tuple(x.shape)}")
-    batch, seqlen, nheads, headdim = x.shape
-    if C.dim() != 4 or C.shape[:2] != (batch, seqlen) or min(C.shape) < 1:
-        raise ValueError(f"C must be (batch={batch}, seqlen={seqlen}, ngroups, dstate), got {tuple(C.shape)}")
-    ngroups, dstate = C.shape[2:]
-    if nheads % ngroups:
-        raise ValueError(f"nheads {nheads} is not a multiple of ngroups {ngroups} (C's group dimension)")
-    if dt.dim() != 4 or dt.shape[:2] != (batch, nheads) or dt.shape[3] < 1 or dt.shape[2] != -(-seqlen // dt.shape[3]):
-        raise ValueError(
-            f"dt must be (batch={batch}, nheads={nheads}, nchunks, chunk_size) covering seqlen "
-            f"{seqlen}, got {tuple(dt.shape)}"
-        )
-    nchunks, chunk_size = dt.shape[2:]
-    if dA_cumsum.shape != dt.shape:
-        raise ValueError(f"dA_cumsum must have the shape of dt {tuple(dt.shape)}, got {tuple(dA_cumsum.shape)}")
-    if cb.shape != (batch, nchunks, ngroups, chunk_size, chunk_size):
-        raise ValueError(
-            f"cb must have shape {(batch, nchunks, ngroups, chunk_size, chunk_size)}, got {tuple(cb.shape)}"
-        )
-    if states.shape != (batch, nchunks, nheads, headdim, dstate):
-        raise ValueError(
-            f"states must have shape {(batch, nchunks, nheads, headdim, dstate)}, got {tuple(states.shape)}"
-        )
-    if D is not None and D.shape not in ((nheads,), (nheads, headdim)):
-        raise ValueError(f"D must have shape ({nheads},) or ({nheads}, {headdim}), got {tuple(D.shape)}")
-    if z is not None and z.shape != x.shape:
-        raise ValueError(f"z must have the shape of x {tuple(x.shape)}, got {tuple(z.shape)}")
-    if seq_idx is not None and seq_idx.shape != (batch, seqlen):
-        raise ValueError(f"seq_idx must have shape {(batch, seqlen)}, got {tuple(seq_idx.shape)}")
-    if seq_idx is not None and (seq_idx.is_floating_point() or seq_idx.is_complex() or seq_idx.dtype == torch.bool):
-        raise TypeError(f"seq_idx must be an integer tensor, got {seq_idx.dtype}")
+    check_chunk_scan(cb, x, dt, dA_cumsum, C, states, D, z, seq_idx)
     return (cb, x, dt, dA_cumsum, C, states, D, z, seq_idx)
 
 

@@ -10,7 +10,8 @@ import helion.language as hl
 import torch
 
 from kernels import STATIC_SHAPES
-from kernels.chunk_cumsum import ConfigLike, launch
+from kernels.launch import ConfigLike, launch
+from ops.checks import check_chunk_state
 
 
 @helion.kernel(static_shapes=STATIC_SHAPES, dot_precision="ieee")
@@ -133,24 +134,7 @@ def chunk_state_args(
 ) -> tuple[Any, ...]:
     """Validate the wrapper's arguments and return the arguments of :data:`chunk_state_kernel` (what a tuner
     passes to ``chunk_state_kernel.autotune``)."""
-    if x.dim() != 4 or min(x.shape) < 1:
-        raise ValueError(f"x must be a non-empty (batch, seqlen, nheads, headdim), got shape {tuple(x.shape)}")
-    batch, seqlen, nheads, _ = x.shape
-    if B.dim() != 4 or B.shape[:2] != (batch, seqlen) or min(B.shape) < 1:
-        raise ValueError(f"B must be (batch={batch}, seqlen={seqlen}, ngroups, dstate), got {tuple(B.shape)}")
-    if nheads % B.shape[2]:
-        raise ValueError(f"nheads {nheads} is not a multiple of ngroups {B.shape[2]} (B's group dimension)")
-    if dt.dim() != 4 or dt.shape[:2] != (batch, nheads) or dt.shape[3] < 1 or dt.shape[2] != -(-seqlen // dt.shape[3]):
-        raise ValueError(
-            f"dt must be (batch={batch}, nheads={nheads}, nchunks, chunk_size) covering seqlen "
-            f"{seqlen}, got {tuple(dt.shape)}"
-        )
-    if dA_cumsum.shape != dt.shape:
-        raise ValueError(f"dA_cumsum must have the shape of dt {tuple(dt.shape)}, got {tuple(dA_cumsum.shape)}")
-    if seq_idx is not None and seq_idx.shape != (batch, seqlen):
-        raise ValueError(f"seq_idx must have shape {(batch, seqlen)}, got {tuple(seq_idx.shape)}")
-    if seq_idx is not None and (seq_idx.is_floating_point() or seq_idx.is_complex() or seq_idx.dtype == torch.bool):
-        raise TypeError(f"seq_idx must be an integer tensor, got {seq_idx.dtype}")
+    check_chunk_state(B, x, dt, dA_cumsum, seq_idx)
     return (B, x, dt, dA_cumsum, seq_idx, torch.float32 if states_in_fp32 else B.dtype)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import helion
 import helion.language as hl
@@ -30,7 +30,8 @@ import torch
 import triton
 
 from kernels import STATIC_SHAPES
-from kernels.chunk_cumsum import ConfigLike, launch
+from kernels.launch import ConfigLike, launch
+from ops.checks import check_layernorm
 from parity.lookup import promoted_config
 
 MAX_FUSED_BYTES = 65536
@@ -189,8 +190,8 @@ CONFIGS: list[dict[str, Any]] = [
 block_sizes[0] = rows per program; backward block_sizes[0] = rows per row group (nrow_groups =
 ceil(M / it)), block_sizes[1] = rows processed at once inside a row group. At the test sizes (M <= 40)
 the first gives several row groups with a ragged last one, the second one or two row groups walked by a
-masked 8-row tile. (On the H200 at M=16384, group 512, bf16, the fastest seen was bwd [16, 1] with 1-4
-warps, 0.206-0.210 ms against 0.496 ms for mamba-ssm's formula.)"""
+masked 8-row tile. (On the H200 at the Nemotron shape the fastest backward seen was [16, 1] with 1-4 warps,
+well ahead of mamba-ssm's formula: bench/results/kernel-config-notes.md.)"""
 
 
 def _mamba_num_warps(block_n: int) -> int:
@@ -200,8 +201,8 @@ def _mamba_num_warps(block_n: int) -> int:
 
 def fwd_fallback_config(block_n: int) -> dict[str, Any]:
     """The forward's config when none is given: mamba-ssm's launch, one row per program (grid (M, ngroups))
-    with its warps. Helion's default (32 rows per program, 4 warps) took 0.389 ms against mamba-ssm's
-    0.104 ms on the H200 at M=16384, N=4096, group 512, bf16."""
+    with its warps, not Helion's default of 32 rows per program, several times slower on the H200
+    (bench/results/kernel-config-notes.md)."""
     return {"block_sizes": [1], "num_warps": _mamba_num_warps(block_n)}
 
 
@@ -234,29 +235,56 @@ def _split_config(config: ConfigLike | Mapping[str, Any]) -> tuple[ConfigLike, C
 def _check_common(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None, group_size: int | None
 ) -> tuple[int, int]:
-    """Validate the shapes and strides mamba-ssm asserts; return (group_size, block_n)."""
+    """Validate the arguments (:func:`ops.checks.check_layernorm`, on rows (M, N)) and the strides mamba-ssm
+    asserts; return (group_size, block_n)."""
     if x.dim() != 2:
         raise ValueError(f"x must be 2-D (M, N), got shape {tuple(x.shape)}")
-    m, n = x.shape
-    if m < 1 or n < 1:
-        raise ValueError(f"x must not be empty, got shape {tuple(x.shape)}")
-    if not x.is_floating_point():
-        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
-    group_size = n if group_size is None else group_size
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 or n % group_size != 0:
-        raise ValueError(f"group_size must be a positive divisor of the last dimension {n} of x, got {group_size!r}")
+    group_size = check_layernorm(x, weight, bias, z, group_size)
     if x.stride(-1) != 1:
         raise ValueError("x must be contiguous in its last dimension")
-    if z is not None and (z.shape != x.shape or z.stride(-1) != 1):
-        raise ValueError(f"z must have shape {tuple(x.shape)} and be contiguous in its last dimension")
-    if weight.shape != (n,) or weight.stride(-1) != 1:
-        raise ValueError(f"weight must be a contiguous ({n},) tensor, got shape {tuple(weight.shape)}")
-    if bias is not None and (bias.shape != (n,) or bias.stride(-1) != 1):
-        raise ValueError(f"bias must be a contiguous ({n},) tensor, got shape {tuple(bias.shape)}")
+    for name, t in (("z", z), ("weight", weight), ("bias", bias)):
+        if t is not None and t.stride(-1) != 1:
+            raise ValueError(f"{name} must be contiguous in its last dimension")
     block_n = triton.next_power_of_2(group_size)
     if block_n > MAX_FUSED_BYTES // x.element_size():
         raise RuntimeError(f"group_size {group_size} exceeds one block of {MAX_FUSED_BYTES} bytes")
     return group_size, block_n
+
+
+class FwdArgs(NamedTuple):
+    """The arguments of :data:`layer_norm_fwd_kernel`, in its order."""
+
+    x: torch.Tensor
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    z: torch.Tensor | None
+    out: torch.Tensor
+    mean: torch.Tensor | None
+    rstd: torch.Tensor
+    eps: float
+    group_size: int
+    block_n: int
+    norm_before_gate: bool
+    is_rms_norm: bool
+
+
+class BwdArgs(NamedTuple):
+    """The arguments of :data:`layer_norm_bwd_kernel`, in its order."""
+
+    dy: torch.Tensor
+    x: torch.Tensor
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    z: torch.Tensor | None
+    mean: torch.Tensor | None
+    rstd: torch.Tensor
+    dx: torch.Tensor
+    dz: torch.Tensor | None
+    out: torch.Tensor | None
+    group_size: int
+    block_n: int
+    norm_before_gate: bool
+    is_rms_norm: bool
 
 
 def layer_norm_fwd_args(
@@ -269,7 +297,7 @@ def layer_norm_fwd_args(
     group_size: int | None = None,
     norm_before_gate: bool = True,
     is_rms_norm: bool = False,
-) -> tuple[Any, ...]:
+) -> FwdArgs:
     """Validate the wrapper's arguments, allocate out (unless given), mean and rstd, and return the arguments
     of :data:`layer_norm_fwd_kernel` (what a tuner passes to ``layer_norm_fwd_kernel.autotune``)."""
     group_size, block_n = _check_common(x, weight, bias, z, group_size)
@@ -281,19 +309,8 @@ def layer_norm_fwd_args(
         raise ValueError(f"out must have shape {tuple(x.shape)} and be contiguous in its last dimension")
     mean = None if is_rms_norm else torch.empty((ngroups, m), dtype=torch.float32, device=x.device)
     rstd = torch.empty((ngroups, m), dtype=torch.float32, device=x.device)
-    return (
-        x,
-        weight,
-        bias,
-        z,
-        out,
-        mean,
-        rstd,
-        float(eps),
-        group_size,
-        block_n,
-        bool(norm_before_gate),
-        bool(is_rms_norm),
+    return FwdArgs(
+        x, weight, bias, z, out, mean, rstd, float(eps), group_size, block_n, bool(norm_before_gate), bool(is_rms_norm)
     )
 
 
@@ -314,11 +331,9 @@ def layer_norm_fwd(
     rstd (ngroups*M,) fp32), stats laid out group-major (index g*M + row) as in mamba-ssm. ``config`` None:
     :func:`fwd_fallback_config`."""
     args = layer_norm_fwd_args(x, weight, bias, eps, z, out, group_size, norm_before_gate, is_rms_norm)
-    launch(
-        layer_norm_fwd_kernel, args, fwd_fallback_config(args[9]) if config is None else config, static=x.shape[0] == 1
-    )
-    out, mean, rstd = args[4:7]
-    return out, None if mean is None else mean.view(-1), rstd.view(-1)
+    config = fwd_fallback_config(args.block_n) if config is None else config
+    launch(layer_norm_fwd_kernel, args, config, static=x.shape[0] == 1)
+    return args.out, None if args.mean is None else args.mean.view(-1), args.rstd.view(-1)
 
 
 def layer_norm_bwd_args(
@@ -336,7 +351,7 @@ def layer_norm_bwd_args(
     recompute_output: bool = False,
     dz: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
-) -> tuple[Any, ...]:
+) -> BwdArgs:
     """Validate the wrapper's arguments, allocate dx, dz (with z, unless given) and out (with
     ``recompute_output``, unless given), and return the arguments of :data:`layer_norm_bwd_kernel` (what a
     tuner passes to ``layer_norm_bwd_kernel.autotune``). ``eps`` is unused (rstd carries it), as in mamba-ssm."""
@@ -358,7 +373,7 @@ def layer_norm_bwd_args(
             out = torch.empty_like(x)
         elif out.shape != x.shape or out.stride(-1) != 1:
             raise ValueError(f"out must have shape {tuple(x.shape)} and be contiguous in its last dimension")
-    return (
+    return BwdArgs(
         dy,
         x,
         weight,
@@ -403,9 +418,9 @@ def layer_norm_bwd(
     )
     if config is None:
         m, n = x.shape
-        config = bwd_fallback_config(m, n // args[10], args[11], x.device)
+        config = bwd_fallback_config(m, n // args.group_size, args.block_n, x.device)
     sums = launch(layer_norm_bwd_kernel, args, config, static=x.shape[0] == 1).sum(1)
-    dx, dz, out = args[7], args[8], args[9]
+    dx, dz, out = args.dx, args.dz, args.out
     dw = sums[0].to(weight.dtype)
     db = None if bias is None else sums[1].to(bias.dtype)
     return (dx, dw, db, dz, out) if recompute_output else (dx, dw, db, dz)
@@ -503,9 +518,10 @@ def tuning_configs(inputs: Mapping[str, Any], count: int) -> list[dict[str, Any]
     """Candidates for ``parity tune``, each {"fwd": ..., "bwd": ...}: the first ``count`` of a grid in a fixed
     order, largest-effect knob varying fastest. Fastest: the backward's rows per row group (nrow_groups =
     ceil(M / rows), the knob mamba-ssm derives from the SM count); then the forward's rows per program
-    (1, 2, 4: Helion's default 32 was 3.7x slower than mamba-ssm's 1 on the H200); then the backward's inner
-    row step, its warps (1-4 warps changed the best backward by 2% on the H200), and the forward's warps
-    (mamba-ssm's first). The first 8 all run the forward as :func:`fwd_fallback_config` does."""
+    (1, 2, 4: Helion's default 32 was much slower than mamba-ssm's 1 on the H200); then the backward's inner
+    row step, its warps (they changed the best backward little on the H200), and the forward's warps
+    (mamba-ssm's first); the timings are in bench/results/kernel-config-notes.md. The first 8 all run the
+    forward as :func:`fwd_fallback_config` does."""
     block_n = triton.next_power_of_2(inputs.get("group_size") or inputs["x"].shape[-1])
     fwd_warps = dict.fromkeys((_mamba_num_warps(block_n), 4, 1))
     rows = [16, 32, 8, 64, 128, 256, 4, 1024]

@@ -12,7 +12,8 @@ from typing import Any
 import torch
 
 from kernels import bmm_chunk, chunk_cumsum, chunk_scan, chunk_state, ssd_combined_bwd, state_passing
-from kernels.chunk_cumsum import ConfigLike
+from kernels.launch import ConfigLike
+from ops.checks import check_combined
 from parity.lookup import promoted_config
 
 OPS = (
@@ -249,70 +250,6 @@ class MambaChunkScanCombinedFn(torch.autograd.Function):
         )
 
 
-def _is_integer(t: torch.Tensor) -> bool:
-    return not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
-
-
-def _check_args(
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    chunk_size: int,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    initial_states: torch.Tensor | None,
-    seq_idx: torch.Tensor | None,
-    cu_seqlens: torch.Tensor | None,
-    return_varlen_states: bool,
-) -> None:
-    """Reject an invalid call of :func:`mamba_chunk_scan_combined` before any kernel runs: ValueError (shapes,
-    sizes) or TypeError (dtypes) naming the argument, in the words of ``reference/checks.py``."""
-    if x.dim() != 4 or x.numel() == 0:
-        raise ValueError(f"x must be a non-empty (batch, seqlen, nheads, headdim), got shape {tuple(x.shape)}")
-    batch, seqlen, nheads, headdim = x.shape
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-    if dt.shape != (batch, seqlen, nheads):
-        raise ValueError(f"dt must have shape {(batch, seqlen, nheads)}, got {tuple(dt.shape)}")
-    if not dt.is_floating_point():
-        raise TypeError(f"dt must be a floating-point tensor, got {dt.dtype}")
-    if A.shape != (nheads,):
-        raise ValueError(f"A must have shape {(nheads,)}, got {tuple(A.shape)}")
-    if B.dim() != 4 or B.shape[:2] != (batch, seqlen) or B.numel() == 0:
-        raise ValueError(f"B must be (batch={batch}, seqlen={seqlen}, ngroups, dstate), got {tuple(B.shape)}")
-    if nheads % B.shape[2]:
-        raise ValueError(f"nheads {nheads} is not a multiple of ngroups {B.shape[2]} (B's group dimension)")
-    if C.shape != B.shape:
-        raise ValueError(f"C must have shape {tuple(B.shape)}, got {tuple(C.shape)}")
-    if D is not None and D.shape not in ((nheads,), (nheads, headdim)):
-        raise ValueError(f"D must have shape ({nheads},) or ({nheads}, {headdim}), got {tuple(D.shape)}")
-    if z is not None and z.shape != x.shape:
-        raise ValueError(f"z must have shape {tuple(x.shape)}, got {tuple(z.shape)}")
-    if dt_bias is not None and dt_bias.shape != (nheads,):
-        raise ValueError(f"dt_bias must have shape {(nheads,)}, got {tuple(dt_bias.shape)}")
-    dstate = B.shape[-1]
-    if initial_states is not None and initial_states.shape != (batch, nheads, headdim, dstate):
-        raise ValueError(
-            f"initial_states must have shape {(batch, nheads, headdim, dstate)}, got {tuple(initial_states.shape)}"
-        )
-    if seq_idx is not None and seq_idx.shape != (batch, seqlen):
-        raise ValueError(f"seq_idx must have shape {(batch, seqlen)}, got {tuple(seq_idx.shape)}")
-    if seq_idx is not None and not _is_integer(seq_idx):
-        raise TypeError(f"seq_idx must be an integer tensor, got {seq_idx.dtype}")
-    if return_varlen_states:
-        if cu_seqlens is None:
-            raise ValueError("cu_seqlens must be provided if return_varlen_states is True")
-        if batch != 1:
-            raise ValueError(f"cu_seqlens (varlen states) is only supported with batch 1, got batch {batch}")
-        if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
-            raise ValueError(f"cu_seqlens must be (nseq + 1,) with nseq >= 1, got shape {tuple(cu_seqlens.shape)}")
-        if not _is_integer(cu_seqlens):
-            raise TypeError(f"cu_seqlens must be an integer tensor, got {cu_seqlens.dtype}")
-
-
 def mamba_chunk_scan_combined(
     x: torch.Tensor,
     dt: torch.Tensor,
@@ -342,7 +279,7 @@ def mamba_chunk_scan_combined(
     in x, dt, A, B, C, D, z, dt_bias and initial_states (gradients in each input's dtype). config maps kernel
     name (see :data:`OPS`) -> that kernel's Helion config; None means the config promoted to the store for
     this GPU (see :func:`_promoted`)."""
-    _check_args(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, return_varlen_states)
+    check_combined(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, return_varlen_states)
     x, z, B, C, D = (_last_dim_contiguous(t) for t in (x, z, B, C, D))
     configs = _op_configs(_promoted(x, B, chunk_size) if config is None else config)
     out, final_states, *varlen = MambaChunkScanCombinedFn.apply(

@@ -40,8 +40,8 @@ import torch.nn.functional as F
 import triton
 
 from kernels import STATIC_SHAPES
-from kernels.chunk_cumsum import ConfigLike, launch
-from kernels.state_passing import _affine_combine
+from kernels.launch import ConfigLike, launch
+from kernels.state_passing import affine_combine
 
 _DOT = {"static_shapes": STATIC_SHAPES, "dot_precision": "ieee"}
 
@@ -126,7 +126,7 @@ def state_passing_bwd_kernel(
             decay = torch.where(seq_end == seq_before, decay, 0.0)
             decay_next = torch.where(nxt & (seq_end_next != seq_end), 0.0, decay_next)
         scale, grad = hl.associative_scan(
-            _affine_combine, (decay_next[:, None] + torch.zeros_like(update), update), dim=0
+            affine_combine, (decay_next[:, None] + torch.zeros_like(update), update), dim=0
         )
         if dfinal_states is not None:
             grad = grad + scale * dfinal_states[tile_b.begin, tile_h.begin, tile_d][None, :]

@@ -12,13 +12,15 @@ import torch
 import triton
 
 from kernels import STATIC_SHAPES
-from kernels.chunk_cumsum import ConfigLike, launch
+from kernels.launch import ConfigLike, launch
+from ops.checks import check_state_passing
 
 
-def _affine_combine(
+def affine_combine(
     left: tuple[torch.Tensor, torch.Tensor], right: tuple[torch.Tensor, torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Compose two affine maps s -> a*s + b, left first: (a1, b1) o (a2, b2) = (a1*a2, a2*b1 + b2)."""
+    """Compose two affine maps s -> a*s + b, left first: (a1, b1) o (a2, b2) = (a1*a2, a2*b1 + b2). The combine
+    function of the forward state scan here and of the reverse scan in :mod:`kernels.ssd_combined_bwd`."""
     a1, b1 = left
     a2, b2 = right
     return a1 * a2, a2 * b1 + b2
@@ -61,7 +63,7 @@ def state_passing_kernel(
             )
             seq_before = hl.load(seq_idx, [tile_b.begin, chunk * chunk_size - 1], extra_mask=real & (chunk > 0))
             decay = torch.where(seq_here == seq_before, decay, 0.0)
-        scale, state = hl.associative_scan(_affine_combine, (decay[:, None] + torch.zeros_like(update), update), dim=0)
+        scale, state = hl.associative_scan(affine_combine, (decay[:, None] + torch.zeros_like(update), update), dim=0)
         if initial_states is not None:
             start = initial_states[tile_b.begin, tile_h.begin, tile_d].to(torch.float32)
             state = state + scale * start[None, :]
@@ -88,9 +90,8 @@ CONFIGS: list[dict[str, Any]] = [
 ]
 """Explicit configs for the CPU parity tests. The knob that changes the executed code is the dim block
 (block_sizes[0]); the chunk axis is always one block, so no config can split the scan. The first is also
-the fastest seen on the H200 at the Nemotron shape (0.107 ms bf16 / 0.140 ms fp32 out, as mamba-ssm; the
-default config, block 32 with 4 warps, takes 0.19 ms; more warps or blocks >= 256 are slower, 512 with 4
-warps runs out of shared memory)."""
+the fastest seen on the H200 at the Nemotron shape, faster than the default config (the timings:
+bench/results/kernel-config-notes.md)."""
 
 
 def state_passing_args(
@@ -103,28 +104,8 @@ def state_passing_args(
 ) -> tuple[Any, ...]:
     """Validate the wrapper's arguments and return the arguments of :data:`state_passing_kernel` (what a tuner
     passes to ``state_passing_kernel.autotune``)."""
-    if states.dim() != 4 or min(states.shape) < 1:
-        raise ValueError(f"states must be a non-empty (batch, nchunks, nheads, dim), got shape {tuple(states.shape)}")
-    batch, nchunks, nheads, dim = states.shape
-    if dA_chunk_cumsum.shape != (batch, nheads, nchunks):
-        raise ValueError(
-            f"dA_chunk_cumsum must have shape {(batch, nheads, nchunks)}, got {tuple(dA_chunk_cumsum.shape)}"
-        )
-    if initial_states is not None and initial_states.shape != (batch, nheads, dim):
-        raise ValueError(f"initial_states must have shape {(batch, nheads, dim)}, got {tuple(initial_states.shape)}")
-    if seq_idx is not None:
-        if chunk_size is None:
-            raise ValueError("chunk_size is required with seq_idx")
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-        if seq_idx.dim() != 2 or seq_idx.shape[0] != batch:
-            raise ValueError(f"seq_idx must be (batch={batch}, seqlen), got shape {tuple(seq_idx.shape)}")
-        if -(-seq_idx.shape[1] // chunk_size) != nchunks:
-            raise ValueError(
-                f"seq_idx of length {seq_idx.shape[1]} with chunk_size {chunk_size} does not give {nchunks} chunks"
-            )
-        if seq_idx.is_floating_point() or seq_idx.is_complex() or seq_idx.dtype == torch.bool:
-            raise TypeError(f"seq_idx must be an integer tensor, got {seq_idx.dtype}")
+    check_state_passing(states, dA_chunk_cumsum, initial_states, seq_idx, chunk_size)
+    nchunks = states.shape[1]
     return (
         states,
         dA_chunk_cumsum,

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from parity.errors import ParityError
-from parity.runner import CaseResult, _same, _upstream_grads, execute, make_inputs, run_problem
+from parity.runner import CaseResult, execute, make_inputs, run_problem, same_bits, upstream_grads
 from parity.spec import Impl, OpSpec, dtype_name, parse_dtype
 from parity.strategies import Profile, plan
 from parity.tolerances import Tolerances
@@ -120,7 +120,7 @@ def _determinism(
     """Re-run forward and backward on identical inputs and upstream gradients: bitwise identical, or the largest
     spread seen."""
     inputs = make_inputs(spec, problem, dtype, 0, device)
-    upstream = _upstream_grads(0) if impl.backward and spec.grad_inputs else None
+    upstream = upstream_grads(0) if impl.backward and spec.grad_inputs else None
     fn = impl.load()
     first = execute(spec, fn, inputs, upstream)
     spread = 0.0
@@ -129,7 +129,7 @@ def _determinism(
         again = execute(spec, fn, inputs, upstream)
         for name, value in first.values.items():
             other = again.values.get(name)
-            if isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor) and not _same(value, other):
+            if isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor) and not same_bits(value, other):
                 identical = False
                 spread = max(spread, float((value.double() - other.double()).abs().max()))
     ok = not first.errors and (identical or spec.nondeterministic)

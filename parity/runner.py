@@ -155,7 +155,7 @@ def _as_tuple(result: Any, n: int) -> tuple:
     return result
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bitwise equality that treats NaN as equal to NaN."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
@@ -186,7 +186,7 @@ def execute(
     for name, out in zip(spec.outputs, outs, strict=True):
         run.values[name] = out.detach() if isinstance(out, torch.Tensor) else None
     for name, old in before.items():
-        if name not in spec.mutable_inputs and not _same(args[name].detach(), old):
+        if name not in spec.mutable_inputs and not same_bits(args[name].detach(), old):
             run.errors.append(f"input {name!r} was modified in place")
     if not wanted:
         return run
@@ -215,7 +215,7 @@ _UPSTREAM: dict[tuple[int, str, tuple[int, ...], torch.device], torch.Tensor] = 
 _UPSTREAM_LIMIT = 4
 
 
-def _upstream_grads(seed: int) -> Callable[[str, torch.Tensor], torch.Tensor]:
+def upstream_grads(seed: int) -> Callable[[str, torch.Tensor], torch.Tensor]:
     """One random upstream gradient per output, a function of the seed, the output's name and shape
     only, so every implementation gets the same one (in its own output dtype). Drawn on the CPU generator,
     so that CPU and GPU runs of a seed see the same values, and remembered for the last few (seed, name,
@@ -404,7 +404,7 @@ def run_problem(
     inputs = make_inputs(spec, problem, dtype, seed, device)
     inputs = {k: relayout(v, layout) if k in relayout_inputs else v for k, v in inputs.items()}
     check_inputs(spec, problem, inputs)
-    upstream = _upstream_grads(seed) if backward and spec.grad_inputs else None
+    upstream = upstream_grads(seed) if backward and spec.grad_inputs else None
     key = (
         _spec_key(spec),
         json.dumps(problem, sort_keys=True),

@@ -4,21 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from reference import checks
-from reference.chunk_cumsum import compute_dtype, per_chunk
-
-
-def check_bmm_chunk(a: torch.Tensor, b: torch.Tensor, chunk_size: int, seq_idx: torch.Tensor | None = None) -> None:
-    """Reject invalid arguments of :func:`bmm_chunk_fwd` up front (ValueError/TypeError naming the argument);
-    the Triton adapter runs the same checks."""
-    if a.dim() not in (3, 4) or a.numel() == 0:
-        raise ValueError(
-            f"a must be a non-empty (batch, seqlen, k) or (batch, seqlen, ngroups, k), got shape {tuple(a.shape)}"
-        )
-    checks.shape("b", b, tuple(a.shape))
-    checks.chunk_size(chunk_size)
-    checks.shape("seq_idx", seq_idx, tuple(a.shape[:2]))
-    checks.integer_tensor("seq_idx", seq_idx)
+from ops.checks import check_bmm_chunk
+from reference.common import compute_dtype, per_chunk
 
 
 def bmm_chunk_fwd(

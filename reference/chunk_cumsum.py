@@ -1,43 +1,16 @@
 """Reference of mamba-ssm's ``_chunk_cumsum_fwd``: dt processed (bias, softplus, clamp) and laid out
-per chunk, and the cumulative sum of dt * A inside each chunk.
-
-Also home of the two helpers the chunked references share: :func:`compute_dtype` (their precision rule)
-and :func:`per_chunk` (the chunked layout).
-"""
+per chunk, and the cumulative sum of dt * A inside each chunk."""
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 
-from reference import checks
+from ops.checks import check_chunk_cumsum
+from reference.common import compute_dtype, per_chunk
 
 SOFTPLUS_THRESHOLD = 20.0
 """mamba-ssm applies softplus only where dt <= 20 and passes larger values through."""
-
-
-def compute_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
-    """float64 when any given tensor is float64 (the oracle), else float32 (what the kernels accumulate in)."""
-    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
-
-
-def per_chunk(t: torch.Tensor, chunk_size: int, value: float = 0.0) -> torch.Tensor:
-    """(b, l, ...) -> (b, nchunks, chunk_size, ...), padded with ``value`` past seqlen."""
-    nchunks = math.ceil(t.shape[1] / chunk_size)
-    t = F.pad(t, (0, 0) * (t.dim() - 2) + (0, nchunks * chunk_size - t.shape[1]), value=value)
-    return t.reshape(t.shape[0], nchunks, chunk_size, *t.shape[2:])
-
-
-def check_chunk_cumsum(dt: torch.Tensor, A: torch.Tensor, chunk_size: int, dt_bias: torch.Tensor | None = None) -> None:
-    """Reject invalid arguments of :func:`chunk_cumsum_fwd` up front (ValueError/TypeError naming the argument);
-    the Triton adapter runs the same checks."""
-    _, _, nheads = checks.sizes("dt", dt, "(batch, seqlen, nheads)", 3)
-    checks.floating_tensor("dt", dt)
-    checks.shape("A", A, (nheads,))
-    checks.shape("dt_bias", dt_bias, (nheads,))
-    checks.chunk_size(chunk_size)
 
 
 def chunk_cumsum_fwd(

@@ -7,37 +7,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from reference import checks
-from reference.chunk_cumsum import compute_dtype, per_chunk
-
-
-def check_chunk_scan(
-    cb: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    dA_cumsum: torch.Tensor,
-    C: torch.Tensor,
-    states: torch.Tensor,
-    D: torch.Tensor | None = None,
-    z: torch.Tensor | None = None,
-    seq_idx: torch.Tensor | None = None,
-) -> None:
-    """Reject invalid arguments of :func:`chunk_scan_fwd` up front (ValueError/TypeError naming the argument);
-    the Triton adapter runs the same checks."""
-    batch, seqlen, nheads, headdim = checks.sizes("x", x, "(batch, seqlen, nheads, headdim)", 4)
-    if C.dim() != 4 or tuple(C.shape[:2]) != (batch, seqlen) or C.numel() == 0:
-        raise ValueError(f"C must be (batch={batch}, seqlen={seqlen}, ngroups, dstate), got {tuple(C.shape)}")
-    ngroups, dstate = C.shape[2:]
-    checks.groups("C", ngroups, nheads)
-    nchunks, chunk_size = checks.covers("dt", dt, batch, nheads, seqlen)
-    checks.shape("dA_cumsum", dA_cumsum, tuple(dt.shape))
-    checks.shape("cb", cb, (batch, nchunks, ngroups, chunk_size, chunk_size))
-    checks.shape("states", states, (batch, nchunks, nheads, headdim, dstate))
-    if D is not None and tuple(D.shape) not in ((nheads,), (nheads, headdim)):
-        raise ValueError(f"D must have shape ({nheads},) or ({nheads}, {headdim}), got {tuple(D.shape)}")
-    checks.shape("z", z, tuple(x.shape))
-    checks.shape("seq_idx", seq_idx, (batch, seqlen))
-    checks.integer_tensor("seq_idx", seq_idx)
+from ops.checks import check_chunk_scan
+from reference.common import compute_dtype, per_chunk
 
 
 def chunk_scan_fwd(

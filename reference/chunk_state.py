@@ -7,28 +7,13 @@ import itertools
 
 import torch
 
-from reference import checks
-from reference.chunk_cumsum import compute_dtype, per_chunk
+from ops.checks import check_chunk_state
+from reference.common import compute_dtype, per_chunk
 
 
 def _decay_to_last(dA_cumsum: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
     """exp(dA_cumsum[last] - dA_cumsum) clamped to <= 1, as the kernels do (exp(min(., 0)))."""
     return torch.exp(torch.clamp(last - dA_cumsum, max=0.0))
-
-
-def check_chunk_state(
-    B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor, seq_idx: torch.Tensor | None = None
-) -> None:
-    """Reject invalid arguments of :func:`chunk_state_fwd` up front (ValueError/TypeError naming the argument);
-    the Triton adapter runs the same checks."""
-    batch, seqlen, nheads, _ = checks.sizes("x", x, "(batch, seqlen, nheads, headdim)", 4)
-    if B.dim() != 4 or tuple(B.shape[:2]) != (batch, seqlen) or B.numel() == 0:
-        raise ValueError(f"B must be (batch={batch}, seqlen={seqlen}, ngroups, dstate), got {tuple(B.shape)}")
-    checks.groups("B", B.shape[2], nheads)
-    checks.covers("dt", dt, batch, nheads, seqlen)
-    checks.shape("dA_cumsum", dA_cumsum, tuple(dt.shape))
-    checks.shape("seq_idx", seq_idx, (batch, seqlen))
-    checks.integer_tensor("seq_idx", seq_idx)
 
 
 def chunk_state_fwd(

@@ -6,29 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from reference import checks
-
-
-def check_layernorm(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    z: torch.Tensor | None = None,
-    group_size: int | None = None,
-) -> int:
-    """Reject invalid arguments of :func:`layernorm_fn` up front (ValueError/TypeError naming the argument) and
-    return the group size; the Triton adapter runs the same checks."""
-    if x.dim() < 1 or x.numel() == 0:
-        raise ValueError(f"x must be a non-empty (..., N), got shape {tuple(x.shape)}")
-    checks.floating_tensor("x", x)
-    n = x.shape[-1]
-    group_size = n if group_size is None else group_size
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 or n % group_size:
-        raise ValueError(f"group_size must be a positive divisor of the last dimension {n} of x, got {group_size!r}")
-    checks.shape("weight", weight, (n,))
-    checks.shape("bias", bias, (n,))
-    checks.shape("z", z, tuple(x.shape))
-    return group_size
+from ops.checks import check_layernorm
 
 
 def layernorm_fn(

@@ -18,8 +18,8 @@ gradient has no Triton wrapper of its own is said in each op's docstring.
 module); :func:`wrapper` returns one ready to call on the device of its arguments, and the names are
 also attributes of this module (``mamba_triton._chunk_scan_bwd_dx(...)``).
 
-Up-front checks: each op first runs its reference's argument checks (``reference/<op>.py``, built from
-:mod:`reference.checks`), so that an invalid call fails with the ValueError or TypeError that the reference
+Up-front checks: each op first runs the argument checks of :mod:`ops.checks` that the reference and the
+Helion port run too, so that an invalid call fails with the ValueError or TypeError that the reference
 and the Helion port raise, naming the argument, before mamba-ssm's wrapper runs: mamba-ssm checks with bare
 ``assert`` (an AssertionError naming nothing) or not at all (a ZeroDivisionError for chunk_size 0, an
 unpacking error for a wrong rank, a kernel reading out of bounds for a wrong shape it does not assert). The
@@ -39,15 +39,17 @@ from typing import Any
 
 import torch
 
+from ops.checks import (
+    check_bmm_chunk,
+    check_chunk_cumsum,
+    check_chunk_scan,
+    check_chunk_state,
+    check_combined,
+    check_layernorm,
+    check_state_passing,
+)
 from parity.errors import ParityError
 from reference import _triton_shims
-from reference.bmm_chunk import check_bmm_chunk
-from reference.chunk_cumsum import check_chunk_cumsum
-from reference.chunk_scan import check_chunk_scan
-from reference.chunk_state import check_chunk_state
-from reference.layernorm_gated import check_layernorm
-from reference.ssd_combined import check_combined
-from reference.state_passing import check_state_passing
 
 FORWARD_WRAPPERS: dict[str, str] = {
     "_chunk_cumsum_fwd": "ssd_chunk_state",

@@ -5,55 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from reference import checks
+from ops.checks import check_combined
 from reference.bmm_chunk import bmm_chunk_fwd
-from reference.chunk_cumsum import chunk_cumsum_fwd, compute_dtype
+from reference.chunk_cumsum import chunk_cumsum_fwd
 from reference.chunk_scan import chunk_scan_fwd
 from reference.chunk_state import chunk_state_fwd, chunk_state_varlen
+from reference.common import compute_dtype
 from reference.state_passing import state_passing_fwd
-
-
-def check_combined(
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    chunk_size: int,
-    D: torch.Tensor | None = None,
-    z: torch.Tensor | None = None,
-    dt_bias: torch.Tensor | None = None,
-    initial_states: torch.Tensor | None = None,
-    seq_idx: torch.Tensor | None = None,
-    cu_seqlens: torch.Tensor | None = None,
-    return_varlen_states: bool = False,
-) -> None:
-    """Reject invalid arguments of :func:`mamba_chunk_scan_combined` up front (ValueError/TypeError naming the
-    argument); the Triton adapter runs the same checks."""
-    batch, seqlen, nheads, headdim = checks.sizes("x", x, "(batch, seqlen, nheads, headdim)", 4)
-    checks.chunk_size(chunk_size)
-    checks.shape("dt", dt, (batch, seqlen, nheads))
-    checks.floating_tensor("dt", dt)
-    checks.shape("A", A, (nheads,))
-    if B.dim() != 4 or tuple(B.shape[:2]) != (batch, seqlen) or B.numel() == 0:
-        raise ValueError(f"B must be (batch={batch}, seqlen={seqlen}, ngroups, dstate), got {tuple(B.shape)}")
-    checks.groups("B", B.shape[2], nheads)
-    checks.shape("C", C, tuple(B.shape))
-    if D is not None and tuple(D.shape) not in ((nheads,), (nheads, headdim)):
-        raise ValueError(f"D must have shape ({nheads},) or ({nheads}, {headdim}), got {tuple(D.shape)}")
-    checks.shape("z", z, tuple(x.shape))
-    checks.shape("dt_bias", dt_bias, (nheads,))
-    checks.shape("initial_states", initial_states, (batch, nheads, headdim, B.shape[3]))
-    checks.shape("seq_idx", seq_idx, (batch, seqlen))
-    checks.integer_tensor("seq_idx", seq_idx)
-    if return_varlen_states:
-        if cu_seqlens is None:
-            raise ValueError("cu_seqlens must be provided if return_varlen_states is True")
-        if batch != 1:
-            raise ValueError(f"cu_seqlens (varlen states) is only supported with batch 1, got batch {batch}")
-        if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
-            raise ValueError(f"cu_seqlens must be (nseq + 1,) with nseq >= 1, got shape {tuple(cu_seqlens.shape)}")
-        checks.integer_tensor("cu_seqlens", cu_seqlens)
 
 
 def mamba_chunk_scan_combined(

@@ -5,34 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from reference import checks
-from reference.chunk_cumsum import compute_dtype
-
-
-def check_state_passing(
-    states: torch.Tensor,
-    dA_chunk_cumsum: torch.Tensor,
-    initial_states: torch.Tensor | None = None,
-    seq_idx: torch.Tensor | None = None,
-    chunk_size: int | None = None,
-) -> None:
-    """Reject invalid arguments of :func:`state_passing_fwd` up front (ValueError/TypeError naming the argument);
-    the Triton adapter runs the same checks."""
-    batch, nchunks, nheads, dim = checks.sizes("states", states, "(batch, nchunks, nheads, dim)", 4)
-    checks.shape("dA_chunk_cumsum", dA_chunk_cumsum, (batch, nheads, nchunks))
-    checks.shape("initial_states", initial_states, (batch, nheads, dim))
-    if seq_idx is None:
-        return
-    if chunk_size is None:
-        raise ValueError("chunk_size is required with seq_idx")
-    checks.chunk_size(chunk_size)
-    if seq_idx.dim() != 2 or seq_idx.shape[0] != batch:
-        raise ValueError(f"seq_idx must be (batch={batch}, seqlen), got shape {tuple(seq_idx.shape)}")
-    if -(-seq_idx.shape[1] // chunk_size) != nchunks:
-        raise ValueError(
-            f"seq_idx of length {seq_idx.shape[1]} with chunk_size {chunk_size} does not give {nchunks} chunks"
-        )
-    checks.integer_tensor("seq_idx", seq_idx)
+from ops.checks import check_state_passing
+from reference.common import compute_dtype
 
 
 def state_passing_fwd(

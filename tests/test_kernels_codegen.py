@@ -30,7 +30,7 @@ from kernels import (
     ssd_combined_bwd,
     state_passing,
 )
-from kernels.chunk_cumsum import as_config
+from kernels.launch import as_config
 
 
 class Case(NamedTuple):

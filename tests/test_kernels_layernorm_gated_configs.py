@@ -12,7 +12,7 @@ import torch
 import triton
 
 from kernels import layernorm_gated as ln
-from kernels.chunk_cumsum import as_config
+from kernels.launch import as_config
 from reference import _triton_shims
 
 _triton_shims.install()  # the interpreter fixes the kernels need on CPU, as ops.common installs them

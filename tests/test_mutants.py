@@ -36,7 +36,7 @@ from mutants.catalog import CLASSES, MUTANTS, NORM_RMS, SSD_BWD
 from parity import registry
 from parity.errors import ParityError
 from parity.gate import _determinism
-from parity.runner import CaseResult, _same, _upstream_grads, execute, run_problem
+from parity.runner import CaseResult, execute, run_problem, same_bits, upstream_grads
 from parity.spec import Impl, OpSpec, parse_dtype
 
 FALSE_ALARM_SEEDS = 20
@@ -186,13 +186,13 @@ def differs_on_rerun(mutant: Mutant, impl: Impl, problem: Mapping[str, Any], dev
     spec = registry.get(mutant.op)
     inputs = spec.make_inputs(problem, parse_dtype(mutant.dtype), mutant.seed, torch.device(device))
     fn = impl.load()
-    upstream = _upstream_grads(mutant.seed) if mutant.backward else None
+    upstream = upstream_grads(mutant.seed) if mutant.backward else None
     first, again = execute(spec, fn, inputs, upstream), execute(spec, fn, inputs, upstream)
     assert not first.errors and not again.errors, first.errors + again.errors
     return [
         name
         for name, value in first.values.items()
-        if isinstance(value, torch.Tensor) and not _same(value, again.values[name])
+        if isinstance(value, torch.Tensor) and not same_bits(value, again.values[name])
     ]
 
 
