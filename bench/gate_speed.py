@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from parity import device, registry, tolerances
 from parity.gate import gate
+from parity.profiles import get_profile
 from parity.report import atomic_write
 from parity.results import stamped
-from parity.strategies import get_profile
 
 
 def count_compilations() -> collections.Counter[str]:

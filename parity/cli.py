@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _setup(args: argparse.Namespace) -> tuple[dict, Any, Any]:
     """Configure the device, then load the registry, the profile and the tolerances."""
     from parity import device, registry, tolerances
-    from parity.strategies import get_profile
+    from parity.profiles import get_profile
 
     if args.report:
         from parity import render

@@ -1,5 +1,5 @@
-"""pytest integration: ``--parity-device``, ``--parity-profile``, markers ``gpu``/``slow``, and one
-parametrized test case per registered op, implementation and dtype (any test that asks for the
+"""pytest integration: ``--parity-device``, hypothesis's ``--hypothesis-profile`` (ci or gpu), markers
+``gpu``/``slow``, and one parametrized test case per registered op, implementation and dtype (any test that asks for the
 ``parity_case`` fixture), so registering an op adds its tests."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from parity import device as parity_device_mod
+from parity import profiles
 from parity.errors import ParityError
 from parity.spec import Impl, OpSpec, dtype_name
 
@@ -42,12 +43,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=parity_device_mod.DEVICES,
         default=None,
         help="where kernels run: cpu (Triton interpreter, the default) or cuda",
-    )
-    group.addoption(
-        "--parity-profile",
-        choices=("ci", "gpu"),
-        default=None,
-        help="hypothesis profile: ci (default on cpu) or gpu (default on cuda)",
     )
     group.addoption("--parity-op", action="append", default=[], help="only these ops (repeatable)")
     group.addoption(
@@ -154,11 +149,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "parity_case" not in metafunc.fixturenames:
         return
     from parity import registry
-    from parity.strategies import get_profile
 
     wanted = set(metafunc.config.getoption("--parity-op"))
     on_gpu = _device(metafunc.config) == "cuda"
-    profile = get_profile(_profile_name(metafunc.config))
+    profile = profiles.get_profile(_profile_name(metafunc.config))
     params = []
     for name, spec in sorted(registry.load().items()):
         if wanted and name not in wanted:
@@ -200,13 +194,12 @@ def parity_device(pytestconfig: pytest.Config) -> str:
 @pytest.fixture(scope="session")
 def parity_profile(pytestconfig: pytest.Config, parity_device: str):
     """The hypothesis profile (ci on cpu, gpu on cuda unless given)."""
-    from parity.strategies import get_profile
-
-    return get_profile(_profile_name(pytestconfig))
+    return profiles.get_profile(_profile_name(pytestconfig))
 
 
 def _profile_name(config: pytest.Config) -> str:
-    return config.getoption("--parity-profile") or ("gpu" if _device(config) == "cuda" else "ci")
+    """The profile given with hypothesis's ``--hypothesis-profile`` (hypothesis loads it), else the device's."""
+    return config.getoption("hypothesis_profile", None) or ("gpu" if _device(config) == "cuda" else "ci")
 
 
 @pytest.fixture(scope="session")

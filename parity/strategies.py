@@ -1,54 +1,20 @@
-"""Hypothesis profiles and the driver that feeds generated problems through the engine.
-
-Profiles: ``ci`` is for CPU (derandomized, few small examples, fast) and ``gpu`` for the GPU
-(more examples, realistic sizes). Each spec's ``problems(profile)`` strategy decides the size caps;
-``spec.max_examples[profile]`` may lower or raise the example count for a heavy or light op.
-"""
+"""The driver that feeds generated problems through the engine, under a hypothesis profile of
+:mod:`parity.profiles`; ``spec.max_examples[profile]`` may lower or raise the example count for a heavy or light
+op."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
-from parity.errors import ParityError
+from parity.profiles import Profile
 from parity.runner import CaseResult, run_problem
 from parity.spec import Impl, OpSpec
 from parity.tolerances import Tolerances
-
-
-@dataclass(frozen=True)
-class Profile:
-    """How hard to search: number of generated problems and whether the search is derandomized."""
-
-    name: str
-    max_examples: int
-    derandomize: bool
-    dtypes: tuple[str, ...] | None = None  # None: every dtype the spec lists
-
-    def wants(self, dtype: str) -> bool:
-        """Whether this profile checks ``dtype``."""
-        return self.dtypes is None or dtype in self.dtypes
-
-
-PROFILES = {
-    # CPU: the Triton interpreter is slow, so few problems and the two dtypes issue #2 asks for.
-    "ci": Profile("ci", max_examples=2, derandomize=True, dtypes=("float32", "float16")),
-    # GPU: derandomized too, so that a merge gate checks the same problems on every run and every
-    # implementation of an op meets the same problems (their oracle and baseline runs are shared).
-    "gpu": Profile("gpu", max_examples=25, derandomize=True),
-}
-
-
-def get_profile(name: str) -> Profile:
-    """The profile called ``name``; a clear error otherwise."""
-    if name not in PROFILES:
-        raise ParityError(f"unknown profile {name!r}: expected one of {', '.join(PROFILES)}")
-    return PROFILES[name]
 
 
 def examples_for(spec: OpSpec, profile: Profile) -> int:
@@ -63,15 +29,8 @@ def _search(
     what the gate exists for, and the first run of a baseline fixes the configs it is pinned to, see
     reference.mamba_triton), then the pinned examples, then ``count`` generated problems."""
     phases = [Phase.explicit] + ([Phase.generate, Phase.shrink] if count > 0 else [])
-    test = settings(
-        max_examples=max(count, 1),
-        derandomize=profile.derandomize,
-        deadline=None,
-        database=None if profile.derandomize else settings.default.database,
-        phases=phases,
-        print_blob=True,
-        suppress_health_check=list(HealthCheck),
-    )(given(problem=spec.problems(profile.name), seed=st.integers(0, 2**20))(check))
+    search = given(problem=spec.problems(profile.name), seed=st.integers(0, 2**20))(check)
+    test = settings(profile.settings, max_examples=max(count, 1), phases=phases)(search)
     first = spec.training_problems if device == "cuda" else ()
     for pinned in reversed((*first, *spec.examples)):
         test = example(problem=dict(pinned), seed=0)(test)

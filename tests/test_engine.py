@@ -20,9 +20,10 @@ from toy_op import (
 )
 
 from parity import tolerances
+from parity.profiles import get_profile
 from parity.runner import run_problem
 from parity.spec import Impl
-from parity.strategies import Profile, drive
+from parity.strategies import drive
 
 TOLS = tolerances.load()
 RAGGED = {"batch": 2, "length": 13, "chunk": 4}
@@ -36,10 +37,11 @@ def test_correct_candidate_passes_on_generated_problems(dtype):
         [Impl("reference", reference)],
         dtype,
         "cpu",
-        Profile("t", 10, True),
+        get_profile("ci"),
         TOLS,
         on_result=seen.append,
         raise_on_fail=True,
+        max_examples=10,
     )
     assert len(seen) >= 10 and all(r.passed for r in seen)
 
@@ -91,10 +93,11 @@ def test_hypothesis_shrinks_a_failure_to_a_minimal_problem():
             [s.impl("tail_only")],
             torch.float32,
             "cpu",
-            Profile("t", 30, True),
+            get_profile("ci"),
             TOLS,
             on_result=lambda _: None,
             raise_on_fail=True,
+            max_examples=30,
         )
     assert '"length": 21' in str(info.value)  # shrunk to the shortest failing length
 

@@ -13,8 +13,8 @@ from parity import registry, tolerances
 from parity.errors import ParityError
 from parity.gate import gate
 from parity.poison import GARBAGE, garbage, poisoned
+from parity.profiles import get_profile
 from parity.spec import Impl, dtype_name
-from parity.strategies import get_profile
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TOLS = tolerances.load()

@@ -12,8 +12,9 @@ import torch
 
 from parity import registry
 from parity.gate import gate
+from parity.profiles import get_profile
 from parity.runner import CaseResult
-from parity.strategies import get_profile, plan
+from parity.strategies import plan
 from parity.workers import run_groups
 
 
