@@ -11,7 +11,7 @@ import json
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -324,7 +324,7 @@ def _candidate(spec: Any, args: argparse.Namespace, config: dict[str, Any]) -> A
     return dataclasses.replace(base, name=f"{base.name.split('-cfg')[0]}@{Path(args.config).name}", config=config)
 
 
-def _validate(spec: Any, problem: dict[str, Any], dtypes: Sequence[Any], flag: str) -> None:
+def _validate(spec: Any, problem: Mapping[str, Any], dtypes: Sequence[Any], flag: str) -> None:
     """``spec.validate`` (the op's problem schema), its one-line error naming the flag the problem came from."""
     try:
         spec.validate(problem, dtypes)
@@ -332,7 +332,7 @@ def _validate(spec: Any, problem: dict[str, Any], dtypes: Sequence[Any], flag: s
         raise ParityError(f"{flag}: {exc}") from None
 
 
-def _bucket(spec: Any, shape: dict[str, Any], flag: str) -> str:
+def _bucket(spec: Any, shape: Mapping[str, Any], flag: str) -> str:
     """The store bucket of ``shape``, or a one-line error naming what is missing (computed before the gate
     runs, so a bad shape does not cost a whole gate)."""
     try:
@@ -506,7 +506,7 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> int:
 
     trials = tune(spec, base, shape, dtype, args.device, tols, space(inputs, args.trials), args.keep, progress=progress)
     kept = [t for t in trials if t.passed]
-    for rank, trial in enumerate(sorted(kept, key=lambda t: t.ms)):
+    for rank, trial in enumerate(sorted(kept, key=lambda t: t.ms or 0.0)):
         report.atomic_write(Path(args.out) / f"{spec.name}-{rank}.json", json.dumps(trial.config, indent=1) + "\n")
     for trial in sorted(trials, key=lambda t: (t.ms is None, t.ms or 0.0)):
         verdict = {True: "pass", False: "FAIL", None: "not judged"}[trial.passed]

@@ -111,7 +111,9 @@ def source_hash(target: str) -> str:
         raise ParityError(f"{target}: module has no source file to hash")
     digest = hashlib.sha256()
     for name, reached in sorted(_package_modules(module).items()):
-        digest.update(name.encode() + b"\0" + Path(reached.__file__).read_bytes() + b"\0")
+        path = reached.__file__
+        assert path is not None  # _package_modules reaches only modules with a source file, and module has one
+        digest.update(name.encode() + b"\0" + Path(path).read_bytes() + b"\0")
     return digest.hexdigest()
 
 

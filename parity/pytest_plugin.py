@@ -107,11 +107,12 @@ class _Reporter:
     workers' reports with their user properties) and writes the report when the session ends."""
 
     def __init__(self, config: pytest.Config, out: str) -> None:
-        self.config, self.out, self.cases = config, Path(out), []
+        self.config, self.out = config, Path(out)
+        self.cases: list[dict[str, Any]] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call":
-            self.cases += [json.loads(value) for name, value in report.user_properties if name == _PROPERTY]
+            self.cases += [json.loads(str(value)) for name, value in report.user_properties if name == _PROPERTY]
 
     def pytest_sessionfinish(self) -> None:
         from parity import render, report, results

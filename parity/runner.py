@@ -188,7 +188,7 @@ def execute(
     for name, old in before.items():
         if name not in spec.mutable_inputs and not same_bits(args[name].detach(), old):
             run.errors.append(f"input {name!r} was modified in place")
-    if not wanted:
+    if not wanted or upstream is None:
         return run
     pairs = [
         (o, upstream(n, o))
@@ -271,8 +271,8 @@ def _compare(
             continue
         stats = error_stats(got, ref)
         base_stats = None
-        if baseline is not None and isinstance(baseline.values.get(name), torch.Tensor):
-            base_val = baseline.values[name]
+        base_val = None if baseline is None else baseline.values.get(name)
+        if isinstance(base_val, torch.Tensor):
             if tuple(base_val.shape) == tuple(ref.shape):
                 base_stats = error_stats(base_val, ref)
                 if base_stats.max_abs == float("inf"):
@@ -436,7 +436,7 @@ def run_problem(
         for pattern, run in runs:
             case = CaseResult(spec.name, impl.name, name, device, dict(problem), seed, layout=layout)
             case.errors.extend(run.errors)
-            if base_run is not None and base_run.errors and not is_baseline:
+            if base_run is not None and spec.baseline is not None and base_run.errors and not is_baseline:
                 case.notes.append(f"baseline {spec.baseline.name} failed, absolute bounds used: {base_run.errors[0]}")
             if not run.errors:
                 case.quantities, case.errors, notes = _compare(

@@ -185,8 +185,12 @@ class KernelModule(Protocol):
     """
 
     __name__: str
-    CONFIGS: Sequence[Mapping[str, Any]]
-    HAS_BACKWARD: bool
+
+    @property
+    def CONFIGS(self) -> Sequence[Mapping[str, Any]]: ...
+
+    @property
+    def HAS_BACKWARD(self) -> bool: ...
 
 
 def helion_candidates(module: KernelModule, function: str, count: int = 2) -> tuple[Impl, ...]:

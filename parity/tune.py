@@ -88,7 +88,7 @@ def tune(
         if progress:
             progress("timed", trial)
     passed = 0
-    for trial in sorted((t for t in trials if t.ms is not None), key=lambda t: t.ms):
+    for trial in sorted((t for t in trials if t.ms is not None), key=lambda t: t.ms or 0.0):
         if passed >= keep:
             break
         impl = dataclasses.replace(base, name=f"{base.name}-trial", config=trial.config)
