@@ -3,8 +3,14 @@ enabled before triton is first imported."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 from parity.errors import ParityError
 
@@ -50,3 +56,34 @@ def ensure_configured() -> str:
         configure(default_device())
     assert _configured is not None
     return _configured
+
+
+LARGE_SLOTS = 3
+"""How many processes on one host may run a large (training-shape) problem on the GPU at once: its fp64 oracle
+and every implementation's outputs and gradients take tens of GB, and a pytest-xdist or ``--workers`` run holds
+a dozen processes."""
+
+
+@contextlib.contextmanager
+def large_problem_slot(wanted: bool = True) -> Iterator[None]:
+    """Hold one of :data:`LARGE_SLOTS` host-wide slots (lock files) while the block runs; no-op if not ``wanted``."""
+    if not wanted:
+        yield
+        return
+    folder = Path(tempfile.gettempdir()) / f"parity-large-slots-{os.getuid()}"
+    folder.mkdir(exist_ok=True)
+    while True:
+        for slot in range(LARGE_SLOTS):
+            handle = open(folder / f"{slot}.lock", "w")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+            return
+        time.sleep(0.2)

@@ -61,6 +61,9 @@ def _device(config: pytest.Config) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
     config.addinivalue_line("markers", "slow: long-running; deselect with -m 'not slow'")
+    config.addinivalue_line(
+        "markers", "cpu: runs the CPU interpreter in this process (skipped in a --parity-device cuda session)"
+    )
     out = config.getoption("parity_report")
     if out and not hasattr(config, "workerinput"):  # the controller (or the only process) writes the report
         from parity import render
@@ -138,12 +141,16 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _cuda_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    """Skip GPU tests without a GPU, and in a CUDA session the tests that switch this process to the CPU
+    interpreter (a process is set up for one device; the CPU suite runs them)."""
+    on_cuda = _device(config) == "cuda"
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    skip_cpu = pytest.mark.skip(reason="runs the CPU interpreter: part of the CPU suite, not of a CUDA session")
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if "gpu" in item.keywords and not _cuda_available():
+            item.add_marker(skip_gpu)
+        if "cpu" in item.keywords and on_cuda:
+            item.add_marker(skip_cpu)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from parity import device as device_mod
 from parity.compare import ErrorStats, bound, error_stats
 from parity.errors import ParityError
 from parity.poison import poisoned
@@ -401,6 +402,26 @@ def run_problem(
     A problem the op's schema rejects raises ParityError before any work (:meth:`OpSpec.validate`).
     """
     spec.validate(problem, [dtype])
+    large = device == "cuda" and dict(problem) in [dict(p) for p in spec.training_problems]
+    with device_mod.large_problem_slot(large):
+        return _run_problem(
+            spec, impls, problem, dtype, seed, device, tolerances, backward, poison, layout, relayout_inputs
+        )
+
+
+def _run_problem(
+    spec: OpSpec,
+    impls: Sequence[Impl],
+    problem: Problem,
+    dtype: torch.dtype,
+    seed: int,
+    device: str,
+    tolerances: Tolerances,
+    backward: bool,
+    poison: Sequence[str],
+    layout: str,
+    relayout_inputs: Sequence[str],
+) -> list[CaseResult]:
     inputs = make_inputs(spec, problem, dtype, seed, device)
     inputs = {k: relayout(v, layout) if k in relayout_inputs else v for k, v in inputs.items()}
     check_inputs(spec, problem, inputs)

@@ -84,9 +84,9 @@ _CACHE_SHARE = 0.25
 """Share of the device's memory that the workers' oracle/baseline caches may hold, all together."""
 _KEEP_RESERVED = 4 << 30
 """A worker gives its cached device memory back after a group when it holds more than this."""
-_OOM_RETRIES = 4
+_OOM_RETRIES = 6
 """Times a call that ran out of device memory (other workers held it) is retried, after giving back memory
-and waiting 1, 2, 4, 8 s, before its failure counts."""
+and waiting 1, 2, 4, ... 32 s (a minute in all), before its failure counts."""
 
 
 def patient(fn: Callable[..., Any], *args: Any) -> Any:

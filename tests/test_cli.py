@@ -14,6 +14,8 @@ import pytest
 
 from parity.cli import main
 
+pytestmark = pytest.mark.cpu  # each test runs the CPU interpreter in this process
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -16,6 +16,8 @@ from parity.poison import GARBAGE, garbage, poisoned
 from parity.profiles import get_profile
 from parity.spec import Impl, dtype_name
 
+pytestmark = pytest.mark.cpu  # each test runs the CPU interpreter in this process
+
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TOLS = tolerances.load()
 PROFILE = get_profile("ci")  # two generated problems, derandomized; the dtypes are given explicitly

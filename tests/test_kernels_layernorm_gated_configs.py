@@ -88,6 +88,7 @@ def test_fallbacks_generate_triton(variant: tuple) -> None:
         assert "@triton.jit" in kernel.bind(args).to_triton_code(as_config(config))
 
 
+@pytest.mark.cpu
 def test_a_missing_part_runs_its_fallback_not_helions_default(monkeypatch: pytest.MonkeyPatch) -> None:
     launched: list[tuple[Any, Any]] = []
     real_launch = ln.launch

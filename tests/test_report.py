@@ -237,6 +237,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, content, nee
     assert len(lines) == 1 and str(bad) in lines[0] and needle in lines[0], proc.stderr
 
 
+@pytest.mark.cpu
 def test_check_writes_its_json_with_the_format_marker_and_its_report(tmp_path):
     proc = run(
         "check",
@@ -251,6 +252,7 @@ def test_check_writes_its_json_with_the_format_marker_and_its_report(tmp_path):
     assert cells and {c["data-op"] for c in cells if "data-op" in c} == {"chunk_cumsum"}
 
 
+@pytest.mark.cpu
 def test_the_pytest_plugin_writes_the_report_of_the_recorded_cases(pytester, tmp_path):
     case = next(c for c in _raw(README_INPUTS[0])["cases"] if c["op"] == "bmm_chunk")
     pytester.makepyfile(

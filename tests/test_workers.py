@@ -51,6 +51,7 @@ def _verdicts(results: list[CaseResult]) -> dict[str, tuple[bool, dict[str, floa
     return {json.dumps([r.problem, r.seed, r.layout], sort_keys=True): (r.passed, r.worst()) for r in results}
 
 
+@pytest.mark.cpu
 def test_gate_spread_over_workers_matches_one_process(parity_tolerances):
     spec = registry.get("layernorm_gated")
     impl = spec.impl("helion")
@@ -104,3 +105,27 @@ def test_a_call_that_ran_out_of_device_memory_is_retried_after_giving_memory_bac
     assert released == [1.0, 2.0]
     assert messages[0] == ("result", 0, (0, 0), ["ok"])
     assert messages[1][0] == "error" and "ValueError: bad" in messages[1][3]
+
+
+def test_large_problems_wait_for_a_free_slot(monkeypatch, tmp_path):
+    """At most LARGE_SLOTS large problems run at once on a host: the next waits until one finishes."""
+    import threading
+
+    from parity import device
+
+    monkeypatch.setattr(device, "LARGE_SLOTS", 2)
+    monkeypatch.setattr(device.tempfile, "gettempdir", lambda: str(tmp_path))
+    entered = threading.Event()
+
+    def third() -> None:
+        with device.large_problem_slot():
+            entered.set()
+
+    with device.large_problem_slot(), device.large_problem_slot():
+        waiting = threading.Thread(target=third)
+        waiting.start()
+        assert not entered.wait(0.6), "a third large problem ran beside two"
+    assert entered.wait(5), "the third large problem never got a slot"
+    waiting.join()
+    with device.large_problem_slot(False):  # a small problem takes no slot
+        pass
