@@ -452,10 +452,11 @@ def _bars(plot: str, title: str, groups: list[str], panels: list[Panel]) -> str:
             ax.plot([], [], color="black", lw=2, label="floor (bandwidth / FLOPs)")
         first, last = series[names[0]], series[names[-1]]
         for g in range(len(groups)):
-            if first[g] and last[g]:
+            numerator, denominator = first[g], last[g]
+            if numerator and denominator:
                 top = max(s[g] or 0 for s in series.values())
                 ax.annotate(
-                    f"{first[g] / last[g]:.2f}x",
+                    f"{numerator / denominator:.2f}x",
                     (top, g),
                     xytext=(3, 0),
                     textcoords="offset points",
