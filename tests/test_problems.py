@@ -287,3 +287,36 @@ def test_run_problem_validates_before_any_work():
     s: OpSpec = dataclasses.replace(toy_spec(reference), make_inputs=never, check_problem=check)
     with pytest.raises(ParityError, match="decay_sum: problem field 'length'"):
         run_problem(s, [s.impl("reference")], {"batch": 1, "length": True, "chunk": 4}, torch.float32, 0, "cpu", None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("softplus", [True, False])
+def test_no_drawn_dt_sits_on_an_end_of_dt_limit(dtype, softplus):
+    """Steps within rounding of a clamp end are moved just outside the band, on their side; the rest stay bitwise."""
+    lo, hi = 1e-3, 1e-1
+    steps = torch.tensor([lo * (1 - 1e-5), lo * (1 + 3e-4), hi * (1 - 2e-4), hi * (1 + 1e-5), 0.01, 0.5])
+    bias = torch.full((6,), 0.25)
+    dt = ((torch.log(torch.expm1(steps.double())) if softplus else steps.double()) - bias.double()).to(dtype)
+
+    def effective(values: torch.Tensor) -> torch.Tensor:
+        step = values.double() + bias.double()
+        return torch.nn.functional.softplus(step) if softplus else step
+
+    moved = ssd.off_the_limits(dt.reshape(1, 1, 6), bias, softplus, (lo, hi)).reshape(6)
+    for end in (lo, hi):
+        assert ((effective(moved) - end).abs() > ssd.LIMIT_BAND * end + 1e-6).all(), (end, effective(moved))
+        assert torch.equal(effective(moved) > end, effective(dt) > end), f"a step crossed {end}"
+    assert torch.equal(moved[4:], dt[4:])
+
+
+def test_mamba_ssm_baseline_passes_where_its_softplus_once_straddled_dt_limit():
+    """H200 run 9: seed 54782 drew a dt whose softplus is 1e-5 below dt_limit's lower end; mamba-ssm's fp32
+    softplus put it inside, so its grad.dt was not masked (9.8e-2 where the oracle has 0). Off the edge, it passes."""
+    spec = registry.get("chunk_cumsum")
+    problem = {"batch": 2, "seqlen": 364, "chunk_size": 256, "ngroups": 8, "nheads": 16, "headdim": 32,
+               "dstate": 64, "dt_bias": False, "dt_softplus": True, "dt_limit": [0.001, 0.1],
+               "dt_range": [0.0001, 5.0], "A_range": [0.01, 16.0]}  # fmt: skip
+    from parity import tolerances
+
+    results = run_problem(spec, [spec.impl("triton")], problem, torch.float32, 54782, "cpu", tolerances.load())
+    assert all(r.passed for r in results), [r.message() for r in results]
