@@ -109,7 +109,7 @@ def _module(name: str) -> ModuleType:
     far pinned (see :func:`_pin`): a wrapper of one module launches kernels defined in the others (the combined
     op runs the chunk-state, state-passing, bmm and chunk-scan modules' kernels)."""
     module = _triton_shims.load_mamba_triton(name)
-    if os.environ.get("TRITON_INTERPRET") != "1":
+    if os.environ.get("TRITON_INTERPRET") != "1" and not _AS_SHIPPED:
         from triton.runtime.autotuner import Autotuner, Heuristics
 
         prefix = "mamba_ssm.ops.triton."
@@ -127,6 +127,17 @@ def _module(name: str) -> ModuleType:
 # The baseline's autotuning, on the GPU: once per kernel, then pinned
 
 _PINNED_MODULES: set[str] = set()
+_AS_SHIPPED = False
+
+
+def autotune_as_shipped() -> None:
+    """Leave mamba-ssm's autotuning as it ships (every new key autotunes; fp32 dots in TF32) for this process:
+    what a speed comparison must run. Call before the first mamba-ssm kernel loads; parity runs pin instead."""
+    global _AS_SHIPPED
+    if _PINNED_MODULES:
+        raise RuntimeError("mamba-ssm's kernels are already pinned in this process")
+    _AS_SHIPPED = True
+
 
 BASELINE_CONFIGS: dict[str, str] = {}
 """What each autotuned mamba-ssm kernel ran with, by ``kernel[float dtypes]``: the config its autotune chose

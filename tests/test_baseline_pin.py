@@ -195,3 +195,14 @@ def test_a_recording_run_autotunes_a_dtype_set_the_record_lacks(monkeypatch):
     assert tuner.run(torch.zeros(2), 2) is configs[0]
     assert tuner.benchmarked == [2]
     assert recorded == ["fake_kernel[float32]"]
+
+
+def test_a_speed_comparison_runs_mamba_ssm_as_shipped(monkeypatch):
+    """Benchmarks call autotune_as_shipped(): no kernel is pinned afterwards; once pinned, it is refused."""
+    monkeypatch.setattr(mamba_triton, "_AS_SHIPPED", False)
+    monkeypatch.setattr(mamba_triton, "_PINNED_MODULES", set())
+    mamba_triton.autotune_as_shipped()
+    assert mamba_triton._AS_SHIPPED
+    monkeypatch.setattr(mamba_triton, "_PINNED_MODULES", {"mamba_ssm.ops.triton.ssd_combined"})
+    with pytest.raises(RuntimeError, match="already pinned"):
+        mamba_triton.autotune_as_shipped()
