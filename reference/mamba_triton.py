@@ -205,8 +205,9 @@ def _pin(tuner: Any) -> None:
 
     mamba-ssm's ``@triton.autotune`` benchmarks all its configs for every new (chunk_size, hdim, dstate,
     nheads) key: a gate over generated shapes would spend most of its time there. The baseline's error, not
-    its speed, is what the gate uses, and one config serves every shape. A pinned config that does not fit a
-    shape (out of shared memory) falls back to autotuning that key. fp32 runs compile their dots in IEEE fp32
+    its speed, is what the gate uses, and one config serves every shape. Where the pinned config does not fit a
+    shape (out of shared memory), the largest smaller config that does runs instead (no benchmarking; only if
+    none fits is that key autotuned). fp32 runs compile their dots in IEEE fp32
     (``TRITON_F32_DEFAULT=ieee``; mamba-ssm's default is TF32): the fp32 rule judges candidates against a
     true-fp32 baseline, so a TF32 candidate cannot pass."""
     from triton import knobs
@@ -214,6 +215,7 @@ def _pin(tuner: Any) -> None:
 
     original, every = tuner.run, list(tuner.configs)
     chosen: dict[str, Any] = {}
+    fallback: dict[str, Any] = {}
     name = tuner.base_fn.__name__
 
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -240,11 +242,19 @@ def _pin(tuner: Any) -> None:
             if not {"float16", "bfloat16"} & set(floats):
                 knobs.language.fp32_default = "ieee"
             if label in chosen:
-                tuner.configs = [chosen[label]]
-                try:
-                    return original(*args, **kwargs)
-                except OutOfResources:
-                    BASELINE_CONFIGS[f"{label} (other shapes)"] = "autotuned per key: pinned config out of resources"
+                # The pinned config, else (out of shared memory at this shape) the largest smaller one that fits,
+                # tried one by one without benchmarking and remembered for the next such shape.
+                for config in [chosen[label], *_smaller(every, chosen[label], fallback.get(label))]:
+                    tuner.configs = [config]
+                    try:
+                        result = original(*args, **kwargs)
+                    except OutOfResources:
+                        continue
+                    if config is not chosen[label]:
+                        fallback[label] = config
+                        BASELINE_CONFIGS[f"{label} (other shapes)"] = f"{config} (pinned config out of resources)"
+                    return result
+                BASELINE_CONFIGS[f"{label} (other shapes)"] = "autotuned per key: no config fits"
             tuner.configs = every
             result = original(*args, **kwargs)
             if label not in chosen:
@@ -256,6 +266,23 @@ def _pin(tuner: Any) -> None:
 
     tuner.run = run
     tuner.parity_pinned = True
+
+
+def _footprint(config: Any) -> int:
+    """A config's shared-memory appetite, for ordering: the product of its block sizes times its stages."""
+    size = 1
+    for key, value in getattr(config, "kwargs", {}).items():
+        if key.startswith("BLOCK_SIZE") and isinstance(value, int):
+            size *= value
+    return size * max(getattr(config, "num_stages", 1) or 1, 1)
+
+
+def _smaller(every: list[Any], pinned: Any, remembered: Any) -> list[Any]:
+    """The configs to try where ``pinned`` is out of resources: the one that fitted last time first, then the
+    others smaller than ``pinned``, largest first."""
+    limit = _footprint(pinned)
+    rest = sorted((c for c in every if c is not pinned and _footprint(c) < limit), key=_footprint, reverse=True)
+    return ([remembered] if remembered is not None else []) + [c for c in rest if c is not remembered]
 
 
 def wrapper(name: str) -> Callable[..., Any]:

@@ -112,14 +112,31 @@ def test_fp32_dots_in_ieee_half_precision_untouched():
     assert knobs.language.fp32_default is None  # restored after the call
 
 
-def test_config_that_does_not_fit_falls_back_to_autotuning():
+def test_config_that_does_not_fit_runs_the_largest_smaller_one_that_does():
+    """Out of shared memory at a shape: the next smaller configs are tried one by one without benchmarking, the
+    one that fits is remembered and said; only when none fits is the key autotuned."""
+    from triton import Config
+
+    big, mid, small, tiny = (Config({"BLOCK_SIZE_M": m}, num_stages=2) for m in (128, 64, 32, 16))
+    tuner = FakeTuner([big, mid, small, tiny], too_big={(str(big), 3), (str(mid), 3), (str(big), 5)})
+    tuner.configs = [big, mid, small, tiny]
+    mamba_triton._pin(tuner)
+    x = torch.zeros(2, dtype=torch.bfloat16)
+    assert tuner.run(x, 0) is big  # autotuned once (0 % 4 -> big), then pinned
+    assert tuner.run(x, 3) is small  # big and mid out of resources: small, no benchmarking
+    assert tuner.run(x, 5) is small  # remembered: tried first after big
+    assert tuner.benchmarked == [0]
+    assert "pinned config out of resources" in mamba_triton.BASELINE_CONFIGS["fake_kernel[bfloat16] (other shapes)"]
+
+
+def test_a_shape_no_config_fits_is_autotuned():
     tuner = FakeTuner(["a", "b"], too_big={("b", 3)})
     mamba_triton._pin(tuner)
     x = torch.zeros(2, dtype=torch.bfloat16)
     assert tuner.run(x, 1) == "b"
-    assert tuner.run(x, 3) == "b"  # "b" raised; the key was autotuned (3 % 2 -> "b" again here)
+    assert tuner.run(x, 3) == "b"  # "b" raised, no smaller config: the key was autotuned (3 % 2 -> "b")
     assert tuner.benchmarked == [1, 3]
-    assert any("out of resources" in v for v in mamba_triton.BASELINE_CONFIGS.values())
+    assert any("no config fits" in v for v in mamba_triton.BASELINE_CONFIGS.values())
 
 
 def test_wrapped_run_passes_keyword_arguments():
