@@ -41,7 +41,7 @@ import triton
 
 from kernels import STATIC_SHAPES
 from kernels.launch import ConfigLike, launch
-from kernels.state_passing import affine_combine
+from kernels.state_passing import affine_combine, chunk_end_sequences
 
 _DOT = {"static_shapes": STATIC_SHAPES, "dot_precision": "ieee"}
 
@@ -115,11 +115,8 @@ def state_passing_bwd_kernel(
         decay = torch.exp(a_last)
         decay_next = torch.where(nxt, torch.exp(a_next), torch.where(real, 1.0, 0.0))
         if seq_idx is not None:
+            seq_end, seq_before = chunk_end_sequences(seq_idx, tile_b.begin, chunk, chunk_size, real)
             seqlen = seq_idx.size(1)
-            seq_end = hl.load(
-                seq_idx, [tile_b.begin, torch.clamp((chunk + 1) * chunk_size, max=seqlen) - 1], extra_mask=real
-            )
-            seq_before = hl.load(seq_idx, [tile_b.begin, chunk * chunk_size - 1], extra_mask=real & (chunk > 0))
             seq_end_next = hl.load(
                 seq_idx, [tile_b.begin, torch.clamp((chunk + 2) * chunk_size, max=seqlen) - 1], extra_mask=nxt
             )

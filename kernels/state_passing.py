@@ -26,6 +26,19 @@ def affine_combine(
     return a1 * a2, a2 * b1 + b2
 
 
+def chunk_end_sequences(
+    seq_idx: torch.Tensor, batch_index: int, chunk: torch.Tensor, chunk_size: int, real: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(seq_end, seq_before): per chunk, the sequence of its last position and of the previous chunk's last
+    position (sequence 0 before the first chunk); ``real`` masks the chunks that exist. A chunk continues the
+    previous chunk's sequence only where the two are equal, so the decay into it is zeroed elsewhere. Shared
+    by the forward scan here and the reverse scan in :mod:`kernels.ssd_combined_bwd`."""
+    seqlen = seq_idx.size(1)
+    seq_end = hl.load(seq_idx, [batch_index, torch.clamp((chunk + 1) * chunk_size, max=seqlen) - 1], extra_mask=real)
+    seq_before = hl.load(seq_idx, [batch_index, chunk * chunk_size - 1], extra_mask=real & (chunk > 0))
+    return seq_end, seq_before
+
+
 @helion.kernel(static_shapes=STATIC_SHAPES)
 def state_passing_kernel(
     states: torch.Tensor,
@@ -55,14 +68,8 @@ def state_passing_kernel(
             hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk], extra_mask=real).to(torch.float32)
         )
         if seq_idx is not None:
-            # A chunk continues the sequence of the previous chunk (of sequence 0 before the first) only if
-            # the sequence at its last position is the one at the previous chunk's last position.
-            seqlen = seq_idx.size(1)
-            seq_here = hl.load(
-                seq_idx, [tile_b.begin, torch.clamp((chunk + 1) * chunk_size, max=seqlen) - 1], extra_mask=real
-            )
-            seq_before = hl.load(seq_idx, [tile_b.begin, chunk * chunk_size - 1], extra_mask=real & (chunk > 0))
-            decay = torch.where(seq_here == seq_before, decay, 0.0)
+            seq_end, seq_before = chunk_end_sequences(seq_idx, tile_b.begin, chunk, chunk_size, real)
+            decay = torch.where(seq_end == seq_before, decay, 0.0)
         scale, state = hl.associative_scan(affine_combine, (decay[:, None] + torch.zeros_like(update), update), dim=0)
         if initial_states is not None:
             start = initial_states[tile_b.begin, tile_h.begin, tile_d].to(torch.float32)
