@@ -9,9 +9,9 @@ import helion
 import helion.language as hl
 import torch
 
+from contract.checks import check_bmm_chunk
 from kernels import STATIC_SHAPES
 from kernels.launch import ConfigLike, launch
-from ops.checks import check_bmm_chunk
 
 
 @helion.kernel(static_shapes=STATIC_SHAPES, dot_precision="ieee")

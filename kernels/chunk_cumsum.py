@@ -10,9 +10,9 @@ import helion.language as hl
 import torch
 import triton
 
+from contract.checks import check_chunk_cumsum
 from kernels import STATIC_SHAPES
 from kernels.launch import ConfigLike, launch
-from ops.checks import check_chunk_cumsum
 
 
 @helion.kernel(static_shapes=STATIC_SHAPES)

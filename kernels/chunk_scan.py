@@ -10,9 +10,9 @@ import helion
 import helion.language as hl
 import torch
 
+from contract.checks import check_chunk_scan
 from kernels import STATIC_SHAPES
 from kernels.launch import ConfigLike, launch
-from ops.checks import check_chunk_scan
 
 
 @helion.kernel(

@@ -29,9 +29,9 @@ import helion.language as hl
 import torch
 import triton
 
+from contract.checks import check_layernorm
 from kernels import STATIC_SHAPES
 from kernels.launch import ConfigLike, launch
-from ops.checks import check_layernorm
 from parity.lookup import promoted_config
 
 MAX_FUSED_BYTES = 65536
@@ -235,7 +235,7 @@ def _split_config(config: ConfigLike | Mapping[str, Any]) -> tuple[ConfigLike, C
 def _check_common(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None, group_size: int | None
 ) -> tuple[int, int]:
-    """Validate the arguments (:func:`ops.checks.check_layernorm`, on rows (M, N)) and the strides mamba-ssm
+    """Validate the arguments (:func:`contract.checks.check_layernorm`, on rows (M, N)) and the strides mamba-ssm
     asserts; return (group_size, block_n)."""
     if x.dim() != 2:
         raise ValueError(f"x must be 2-D (M, N), got shape {tuple(x.shape)}")

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
+from contract.checks import check_combined
 from kernels import bmm_chunk, chunk_cumsum, chunk_scan, chunk_state, ssd_combined_bwd, state_passing
 from kernels.launch import ConfigLike
-from ops.checks import check_combined
 from parity.lookup import promoted_config
 
 OPS = (

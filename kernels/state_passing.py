@@ -11,9 +11,9 @@ import helion.language as hl
 import torch
 import triton
 
+from contract.checks import check_state_passing
 from kernels import STATIC_SHAPES
 from kernels.launch import ConfigLike, launch
-from ops.checks import check_state_passing
 
 
 def affine_combine(

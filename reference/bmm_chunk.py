@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ops.checks import check_bmm_chunk
+from contract.checks import check_bmm_chunk
 from reference.common import compute_dtype, per_chunk
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ops.checks import check_chunk_cumsum
+from contract.checks import check_chunk_cumsum
 from reference.common import compute_dtype, per_chunk
 
 SOFTPLUS_THRESHOLD = 20.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ops.checks import check_chunk_scan
+from contract.checks import check_chunk_scan
 from reference.common import compute_dtype, per_chunk
 
 

@@ -7,7 +7,7 @@ import itertools
 
 import torch
 
-from ops.checks import check_chunk_state
+from contract.checks import check_chunk_state
 from reference.common import compute_dtype, per_chunk
 
 

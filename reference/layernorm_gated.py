@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ops.checks import check_layernorm
+from contract.checks import check_layernorm
 
 
 def layernorm_fn(

@@ -18,7 +18,7 @@ gradient has no Triton wrapper of its own is said in each op's docstring.
 module); :func:`wrapper` returns one ready to call on the device of its arguments, and the names are
 also attributes of this module (``mamba_triton._chunk_scan_bwd_dx(...)``).
 
-Up-front checks: each op first runs the argument checks of :mod:`ops.checks` that the reference and the
+Up-front checks: each op first runs the argument checks of :mod:`contract.checks` that the reference and the
 Helion port run too, so that an invalid call fails with the ValueError or TypeError that the reference
 and the Helion port raise, naming the argument, before mamba-ssm's wrapper runs: mamba-ssm checks with bare
 ``assert`` (an AssertionError naming nothing) or not at all (a ZeroDivisionError for chunk_size 0, an
@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from ops.checks import (
+from contract.checks import (
     check_bmm_chunk,
     check_chunk_cumsum,
     check_chunk_scan,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ops.checks import check_combined
+from contract.checks import check_combined
 from reference.bmm_chunk import bmm_chunk_fwd
 from reference.chunk_cumsum import chunk_cumsum_fwd
 from reference.chunk_scan import chunk_scan_fwd

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ops.checks import check_state_passing
+from contract.checks import check_state_passing
 from reference.common import compute_dtype
 
 
