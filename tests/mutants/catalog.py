@@ -124,7 +124,7 @@ MUTANTS: tuple[Mutant, ...] = (
         module="kernels.state_passing",
         function="state_passing_fwd",
         op="state_passing",
-        patches=(("decay = torch.where(seq_here == seq_before, decay, 0.0)", "decay = decay"),),
+        patches=(("decay = torch.where(seq_end == seq_before, decay, 0.0)", "decay = decay"),),
         problem=STATE_PASSING_PINNED,
         expect="final_states",
         config=1,
