@@ -11,11 +11,10 @@ import torch
 import triton
 
 from contract.checks import check_chunk_cumsum
-from kernels import STATIC_SHAPES
 from kernels.launch import ConfigLike, launch
 
 
-@helion.kernel(static_shapes=STATIC_SHAPES)
+@helion.kernel(static_shapes=False)
 def chunk_cumsum_kernel(
     dt: torch.Tensor,
     A: torch.Tensor,
@@ -50,12 +49,14 @@ def chunk_cumsum_kernel(
         step = torch.where(valid[:, None], step, 0.0).permute(1, 0)  # [heads, chunk]
         decay = step * A[tile_h].to(torch.float32)[:, None]
         hl.store(dt_out, [tile_b.begin, tile_h, tile_c.begin, offs], step, extra_mask=in_chunk[None, :])
-        hl.store(
-            dA_cumsum,
-            [tile_b.begin, tile_h, tile_c.begin, offs],
-            torch.cumsum(decay, dim=1),
-            extra_mask=in_chunk[None, :],
-        )
+        cumsum = torch.cumsum(decay, dim=1)
+        # Past seqlen the sum must equal the last real position's bit for bit: the chunk decay is read at the
+        # chunk's end (exp(a_end - a_s) must be exactly 1 for the last token). A GPU scan over the zero-padded
+        # tail may round that sum differently (a parallel scan's association differs per position).
+        last = valid & ~((offs + 1 < chunk_size) & (pos + 1 < seqlen))
+        end = torch.sum(torch.where(last[None, :], cumsum, 0.0), dim=1)
+        cumsum = torch.where(valid[None, :], cumsum, end[:, None])
+        hl.store(dA_cumsum, [tile_b.begin, tile_h, tile_c.begin, offs], cumsum, extra_mask=in_chunk[None, :])
     return dA_cumsum, dt_out
 
 
@@ -103,7 +104,7 @@ def chunk_cumsum_fwd(
     """dt (batch, seqlen, nheads), A (nheads,) -> (dA_cumsum, dt_out), fp32 (batch, nheads, nchunks, chunk_size).
 
     dt_out = clamp(softplus?(dt + dt_bias), *dt_limit) (softplus only where the argument is <= 20), zero
-    past seqlen; dA_cumsum = cumsum of dt_out * A within each chunk."""
+    past seqlen; dA_cumsum = cumsum of dt_out * A within each chunk, past seqlen a copy of its last value."""
     return launch(chunk_cumsum_kernel, chunk_cumsum_args(dt, A, chunk_size, dt_bias, dt_softplus, dt_limit), config)
 
 

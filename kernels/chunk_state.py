@@ -10,11 +10,10 @@ import helion.language as hl
 import torch
 
 from contract.checks import check_chunk_state
-from kernels import STATIC_SHAPES
 from kernels.launch import ConfigLike, launch
 
 
-@helion.kernel(static_shapes=STATIC_SHAPES, dot_precision="ieee")
+@helion.kernel(static_shapes=False, dot_precision="ieee")
 def chunk_state_kernel(
     B: torch.Tensor,
     x: torch.Tensor,
@@ -64,7 +63,7 @@ def chunk_state_kernel(
     return states
 
 
-@helion.kernel(static_shapes=STATIC_SHAPES, dot_precision="ieee")
+@helion.kernel(static_shapes=False, dot_precision="ieee")
 def chunk_state_varlen_kernel(
     B: torch.Tensor,
     x: torch.Tensor,

@@ -30,7 +30,6 @@ import torch
 import triton
 
 from contract.checks import check_layernorm
-from kernels import STATIC_SHAPES
 from kernels.launch import ConfigLike, launch
 from parity.lookup import promoted_config
 
@@ -41,7 +40,7 @@ HAS_BACKWARD = True
 """layernorm_fn/rmsnorm_fn differentiate through the Helion backward: the parity engine judges the gradients."""
 
 
-@helion.kernel(static_shapes=STATIC_SHAPES)
+@helion.kernel(static_shapes=False)
 def layer_norm_fwd_kernel(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -93,7 +92,7 @@ def layer_norm_fwd_kernel(
 
 
 # The host-side `bias is None` that sizes the partials is flagged as a tensor operation in the wrapper; it is not.
-@helion.kernel(static_shapes=STATIC_SHAPES, ignore_warnings=[helion.exc.TensorOperationInWrapper])
+@helion.kernel(static_shapes=False, ignore_warnings=[helion.exc.TensorOperationInWrapper])
 def layer_norm_bwd_kernel(
     dy: torch.Tensor,
     x: torch.Tensor,

@@ -39,11 +39,10 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from kernels import STATIC_SHAPES
 from kernels.launch import ConfigLike, launch
 from kernels.state_passing import affine_combine, chunk_end_sequences
 
-_DOT = {"static_shapes": STATIC_SHAPES, "dot_precision": "ieee"}
+_DOT = {"static_shapes": False, "dot_precision": "ieee"}
 
 
 @helion.kernel(**_DOT)
@@ -80,7 +79,7 @@ def dstates_kernel(
     return dstates
 
 
-@helion.kernel(static_shapes=STATIC_SHAPES)
+@helion.kernel(static_shapes=False)
 def state_passing_bwd_kernel(
     dstates: torch.Tensor,
     states: torch.Tensor,

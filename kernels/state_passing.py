@@ -12,7 +12,6 @@ import torch
 import triton
 
 from contract.checks import check_state_passing
-from kernels import STATIC_SHAPES
 from kernels.launch import ConfigLike, launch
 
 
@@ -39,7 +38,7 @@ def chunk_end_sequences(
     return seq_end, seq_before
 
 
-@helion.kernel(static_shapes=STATIC_SHAPES)
+@helion.kernel(static_shapes=False)
 def state_passing_kernel(
     states: torch.Tensor,
     dA_chunk_cumsum: torch.Tensor,

@@ -14,6 +14,7 @@ import torch
 from hypothesis import strategies as st
 
 from kernels import layernorm_gated as kernel
+from kernels.launch import any_shape
 from ops.common import error_inputs, full, gen, log_uniform, randn
 from parity.errors import ParityError
 from parity.registry import register
@@ -237,5 +238,6 @@ SPEC = register(
         error_inputs=ERROR_INPUTS,
         flops=lambda p: 0.0,
         tuning_configs=kernel.tuning_configs,
+        any_shape=any_shape,
     )
 )

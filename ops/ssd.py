@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from kernels.launch import any_shape
 from kernels.ssd_combined import store_bucket
 from ops.common import gen, log_uniform, randn
 from parity.errors import ParityError
@@ -495,4 +496,5 @@ def spec(
         max_examples=max_examples or {},
         flops=FLOPS[name],
         tuning_configs=tuning_configs,
+        any_shape=any_shape,
     )

@@ -12,6 +12,7 @@ import shlex
 import traceback
 import zlib
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -399,11 +400,12 @@ def run_problem(
     Each implementation runs once per ``poison`` pattern (its fresh allocations pre-filled with it,
     see :mod:`parity.poison`) and must pass every time; the baseline that sets the bounds runs clean.
     ``layout`` re-lays the ``relayout_inputs`` out in memory (see :func:`relayout`) for every run.
-    A problem the op's schema rejects raises ParityError before any work (:meth:`OpSpec.validate`).
+    A problem the op's schema rejects raises ParityError before any work (:meth:`OpSpec.validate`). Every problem
+    but the op's training problems runs in ``spec.any_shape()``: the training problems run the training build.
     """
     spec.validate(problem, [dtype])
-    large = device == "cuda" and dict(problem) in [dict(p) for p in spec.training_problems]
-    with device_mod.large_problem_slot(large):
+    training = dict(problem) in [dict(p) for p in spec.training_problems]
+    with device_mod.large_problem_slot(device == "cuda" and training), nullcontext() if training else spec.any_shape():
         return _run_problem(
             spec, impls, problem, dtype, seed, device, tolerances, backward, poison, layout, relayout_inputs
         )

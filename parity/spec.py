@@ -13,6 +13,7 @@ import importlib
 import json
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -269,6 +270,10 @@ class OpSpec:
     flops: problem -> the forward's matmul FLOPs (the benchmark's compute floor); None: not counted.
     tuning_configs: the candidate configs ``parity tune`` tries (:data:`TuningSpace`); None: the op has no
         tuning space.
+    any_shape: a context in which the candidates run builds that serve any shape (e.g. compiled once with dynamic
+        shapes); outside it they run as training runs them (e.g. specialized to the call's shapes). Every
+        problem but the training problems runs inside it, so a gate over many shapes compiles little and the
+        training shapes are judged on the code training runs.
     """
 
     name: str
@@ -294,6 +299,7 @@ class OpSpec:
     max_examples: Mapping[str, int] = field(default_factory=dict)
     flops: Callable[[Problem], float] | None = None
     tuning_configs: TuningSpace | None = None
+    any_shape: Callable[[], AbstractContextManager[Any]] = nullcontext
 
     def validate(self, problem: Any, dtypes: Sequence[torch.dtype] | None = None) -> None:
         """Raise ParityError, one line naming the op and the field, unless ``problem`` is a problem this op can
