@@ -103,13 +103,33 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--store", default=None, help="config store directory (default: configs/)")
         _add_run_options(cmd)
 
-    tune = sub.add_parser("tune", help="time candidate configs, keep the N fastest that pass the parity check")
+    tune = sub.add_parser(
+        "tune",
+        help="Helion's autotuner per kernel of an op, parity's accuracy check; resumable; the op judged end to end",
+    )
     tune.add_argument("op")
-    tune.add_argument("--shape", required=True, help="the problem to tune for, as JSON")
+    tune.add_argument(
+        "--shape", default=None, help="the problem to tune at, as JSON (default: the op's training shape)"
+    )
     tune.add_argument("--impl", default=None, help="the candidate implementation (default: the op's first)")
-    tune.add_argument("--trials", type=_count(1), default=24, help="configs to try (default 24)")
-    tune.add_argument("--keep", type=_count(1), default=3, help="passing configs to keep (default 3)")
-    tune.add_argument("--out", default="tuned", help="directory for the kept configs (default tuned/)")
+    tune.add_argument("--out", default="tuned", help="directory of the results, kept across runs (default tuned/)")
+    tune.add_argument("--kernel", action="append", default=[], help="only tune this kernel name (repeatable)")
+    tune.add_argument("--force", action="store_true", help="re-tune kernels whose results are current")
+    tune.add_argument("--plan", action="store_true", help="capture and print what would be tuned; tune nothing")
+    tune.add_argument("--seeds", type=_count(0), default=8, help="configs of the op's hand grid to seed (default 8)")
+    tune.add_argument("--effort", choices=("quick", "full"), default="full", help="Helion's autotune_effort")
+    tune.add_argument(
+        "--budget", type=_count(1), default=120, help="seconds of Helion's search per kernel (default 120)"
+    )
+    tune.add_argument(
+        "--time-limit",
+        type=_count(1),
+        default=None,
+        help="seconds: start no kernel search or judgement that would end past it (re-run to continue)",
+    )
+    tune.add_argument("--precompile", choices=("fork", "spawn"), default="fork", help="Helion's autotune_precompile")
+    tune.add_argument("--precompile-jobs", type=_count(1), default=None, help="Helion's autotune_precompile_jobs")
+    tune.add_argument("--autotune-seed", type=int, default=0, help="Helion's autotune_random_seed (default 0)")
     _add_run_options(tune)
 
     rep = sub.add_parser("report", help="an HTML report with plots and a summary.md from result JSON files")
@@ -469,53 +489,77 @@ def cmd_configs(args: argparse.Namespace, console: Console) -> int:
     return EXIT_FAIL if stale else EXIT_OK
 
 
+EXIT_INCOMPLETE = 3
+"""``parity tune`` stopped at its time limit, or tuned only some kernels: run the same command again."""
+
+
 def cmd_tune(args: argparse.Namespace, console: Console) -> int:
-    """Tune one op at one shape; write the kept configs as JSON files ready for ``parity promote``."""
+    """Tune each kernel of one op with Helion's autotuner (parity.tune), one progress line at a time. Exit 0:
+    the assembled config passed end to end and is written, ready for ``parity promote``; 3: incomplete, re-run
+    the same command; 1: no trusted baseline or no tuned config kept."""
     import dataclasses
 
-    import torch
-
-    from parity import registry, report
+    from parity import registry
     from parity.results import stamped
     from parity.spec import dtype_name, parse_dtype
-    from parity.tune import tune
+    from parity.tune import SearchSettings, Tuner
 
-    if args.device != "cuda":
-        raise ParityError("tuning needs --device cuda: timings under the Triton interpreter are meaningless")
-    shape = _json_object(args.shape, "--shape")
+    if args.device != "cuda" and not args.plan:
+        raise ParityError("tuning needs --device cuda (Helion's autotuner benchmarks on the GPU); --plan runs anywhere")
     _, _, tols = _setup(args)
     spec = registry.get(args.op)
-    space = spec.tuning_configs
-    if space is None:
+    if spec.tuning_configs is None:
         raise ParityError(f"op {spec.name!r} declares no tuning space (OpSpec.tuning_configs)")
+    if args.shape is not None:
+        shape = _json_object(args.shape, "--shape")
+    elif spec.training_problems:
+        shape = dict(spec.training_problems[0])
+    else:
+        raise ParityError(f"op {spec.name!r} has no training shape: give --shape")
     dtype = parse_dtype(args.dtype[0] if args.dtype else "bfloat16")
     tols.require([dtype_name(dtype)])
     _validate(spec, shape, [dtype], "--shape")
     if not args.impl and not spec.candidates:
         raise ParityError(f"op {spec.name!r} has no candidate implementation to tune")
     base = dataclasses.replace(spec.impl(args.impl) if args.impl else spec.candidates[0], config=None)
-    inputs = spec.make_inputs(shape, dtype, 0, torch.device("cuda"))
-    started = time.monotonic()
-
-    def progress(stage: str, trial: Any) -> None:
-        detail = {
-            "timed": f"{trial.ms:.4f} ms" if trial.ms is not None else f"error {trial.error}",
-            "judged": "pass" if trial.passed else f"FAIL {trial.failure}",
-        }[stage]
-        _say(console, f"{stage} {detail} {json.dumps(trial.config)} ({time.monotonic() - started:.1f} s)")
-
-    trials = tune(spec, base, shape, dtype, args.device, tols, space(inputs, args.trials), args.keep, progress=progress)
-    kept = [t for t in trials if t.passed]
-    for rank, trial in enumerate(sorted(kept, key=lambda t: t.ms or 0.0)):
-        report.atomic_write(Path(args.out) / f"{spec.name}-{rank}.json", json.dumps(trial.config, indent=1) + "\n")
-    for trial in sorted(trials, key=lambda t: (t.ms is None, t.ms or 0.0)):
-        verdict = {True: "pass", False: "FAIL", None: "not judged"}[trial.passed]
-        timing = f"{trial.ms:.4f} ms" if trial.ms is not None else f"error {trial.error}"
-        console.print(f"{timing:>14} {verdict:10} {json.dumps(trial.config)}", markup=False)
-    payload = {"meta": _meta(args), "op": spec.name, "impl": base.name, "shape": shape, "dtype": dtype_name(dtype)}
-    _write_out(args, stamped("tune", {**payload, "trials": [dataclasses.asdict(t) for t in trials]}))
-    console.print(f"kept {len(kept)} passing configs in {args.out}/", markup=False)
-    return EXIT_OK if kept else EXIT_FAIL
+    tuner = Tuner(
+        spec,
+        base,
+        shape,
+        dtype,
+        args.device,
+        tols,
+        Path(args.out),
+        settings=SearchSettings(
+            effort=args.effort,
+            budget_seconds=args.budget,
+            precompile=args.precompile,
+            precompile_jobs=args.precompile_jobs,
+            random_seed=args.autotune_seed,
+        ),
+        seeds=args.seeds,
+        log=lambda text: _say(console, text),
+        time_limit=args.time_limit,
+    )
+    outcome = tuner.run(only=args.kernel, force=args.force, plan=args.plan)
+    trials = [
+        {"config": j["config"], "ms": j.get("ms"), "passed": j["passed"], "what": j["what"]} for j in outcome.judged
+    ]
+    payload: dict[str, Any] = {"meta": _meta(args), "op": spec.name, "impl": base.name, "shape": shape}
+    payload |= {"dtype": dtype_name(dtype), "status": outcome.status, "kernels": outcome.kernels, "trials": trials}
+    _write_out(args, stamped("tune", payload))
+    if outcome.status == "done":
+        _say(console, f"done: the assembled config passed end to end: {outcome.config_path}")
+        _say(
+            console,
+            f"promote it: parity promote {spec.name} --device cuda --dtype {dtype_name(dtype)} "
+            f"--config {outcome.config_path}",
+        )
+        return EXIT_OK
+    if outcome.status == "planned":
+        return EXIT_OK
+    _say(console, f"{outcome.status}{': ' + outcome.note if outcome.note else ''}")
+    return EXIT_INCOMPLETE if outcome.status == "incomplete" else EXIT_FAIL
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:

@@ -1,25 +1,63 @@
-"""Tuning with the parity check as the accuracy judge.
+"""Per-kernel tuning: Helion's autotuner searches, parity judges.
 
-Helion's autotuner judges a candidate once, forward only, against the kernel's own default config.
-Here every candidate config is timed, then, fastest first, judged by the full engine (fp64 oracle,
-baseline rule, forward and backward, poisoned allocations) on the tuning shape and the op's pinned
-small problems, and the N fastest passing configs are kept.
+``parity tune OP`` runs the op once, forward and backward, at its training shape and records every kernel
+launch that goes through the project's explicit-config launcher: which Helion kernel, on exactly which
+arguments (copied before the launch), with which config. The op's config names one Helion config per kernel
+(``{name: config}``, ``{}`` = every kernel's default); the names are those of the op's hand grid
+(:attr:`OpSpec.tuning_configs`) and of its explicit-config candidates, and a first run with a marker config
+per name tells which kernel runs under which name.
+
+For each named kernel, Helion's own autotuner then searches a config on those arguments, for the static-shape
+build that training runs, seeded with the hand grid's configs of that kernel. Its accuracy check is parity's,
+not Helion's default: the baseline is the kernel's output with the config the op runs by default, trusted
+because the op with its default configs passes the engine against the fp64 oracle at this problem (judged
+first); every tensor a candidate returns or writes must be within ``atol + rtol * max|baseline|`` of the
+baseline's (the engine's rule for a lone implementation, with the op's tolerances).
+
+Each kernel's result is written as soon as it is found (atomically, one file per kernel), keyed by the kernel's
+source hash, the library versions, the device, the problem, the dtype and the exact argument signature: a
+re-run skips what is current, so a run cut short (a time limit, a killed job) resumes where it stopped. Then
+the assembled op config is judged end to end by the engine (forward and backward, at the problem and at the
+op's pinned examples). If it fails, kernels are added to the default one at a time, the largest time saved
+first, and a kernel whose config fails is rejected: a wrong config never wins. Every judgement is stored too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+import hashlib
+import importlib
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten
 
-from parity.runner import run_problem
-from parity.spec import Impl, OpSpec, Problem
-from parity.tolerances import Tolerances
+from parity import lookup
+from parity.compare import bound, error_stats
+from parity.errors import ParityError
+from parity.report import atomic_write
+from parity.runner import CaseResult, execute, make_inputs, run_problem, upstream_grads
+from parity.spec import Impl, OpSpec, Problem, dtype_name
+from parity.tolerances import Tolerance, Tolerances
+
+LAUNCHER = "kernels.launch:launch"
+"""The project's explicit-config launcher, ``launch(kernel, args, config, **options)``, through which every
+Helion kernel runs (see kernels/launch.py)."""
+
+NAME_FIELD = "__parity_tune_name__"
+"""The only field of the marker config that tells which named config a launch runs with."""
 
 Timer = Callable[[Callable[[], Any]], float]
+Search = Callable[[Any, tuple[Any, ...]], Mapping[str, Any]]
+"""(a Helion kernel carrying the tuning settings, its arguments) -> the best config found."""
+Log = Callable[[str], None]
 
 
 def cuda_timer(fn: Callable[[], Any]) -> float:
@@ -27,6 +65,11 @@ def cuda_timer(fn: Callable[[], Any]) -> float:
     from triton.testing import do_bench
 
     return float(do_bench(fn, return_mode="median"))
+
+
+def helion_search(kernel: Any, args: tuple[Any, ...]) -> Mapping[str, Any]:
+    """Helion's autotuner on ``args`` with the kernel's settings (``force``: never a config from Helion's cache)."""
+    return kernel.autotune(list(args), force=True)
 
 
 def training_step(spec: OpSpec, impl: Impl, inputs: Mapping[str, Any]) -> Callable[[], None]:
@@ -48,56 +91,559 @@ def training_step(spec: OpSpec, impl: Impl, inputs: Mapping[str, Any]) -> Callab
     return step
 
 
+@dataclass(frozen=True)
+class SearchSettings:
+    """The Helion autotuner settings of every kernel's search."""
+
+    effort: str = "full"
+    budget_seconds: int | None = 120
+    precompile: str | None = "fork"
+    precompile_jobs: int | None = None
+    random_seed: int = 0
+
+    def helion(self) -> dict[str, Any]:
+        """As ``helion.Settings`` fields (no progress bar: a log file gets Helion's log lines instead)."""
+        return {
+            "autotune_effort": self.effort,
+            "autotune_budget_seconds": self.budget_seconds,
+            "autotune_precompile": self.precompile,
+            "autotune_precompile_jobs": self.precompile_jobs,
+            "autotune_random_seed": self.random_seed,
+            "autotune_progress_bar": False,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Capture: what the op launches, on which arguments.
+
+
 @dataclass
-class Trial:
-    """One candidate config: its time, and the verdict if it was judged."""
+class Launch:
+    """The first launch of one named kernel in a forward+backward of the op, and how often it ran."""
 
-    config: dict[str, Any]
-    ms: float | None = None
-    error: str | None = None
-    passed: bool | None = None
-    failure: str | None = None
+    name: str
+    kernel: Any
+    args: tuple[Any, ...]
+    config: Any
+    options: dict[str, Any]
+    count: int = 0
+    signatures: list[str] = field(default_factory=list)
+
+    @property
+    def target(self) -> str:
+        """``module:function`` of the kernel's Python function (what its source hash covers)."""
+        return f"{self.kernel.fn.__module__}:{self.kernel.fn.__qualname__}"
 
 
-def tune(
+def signature(args: Sequence[Any]) -> str:
+    """What a static-shape build specializes on, as text: each tensor's dtype, shape, strides and storage
+    offset, every other argument's value."""
+    parts = [
+        f"{a.dtype}{list(a.shape)}/{list(a.stride())}+{a.storage_offset()}" if isinstance(a, torch.Tensor) else repr(a)
+        for a in args
+    ]
+    return json.dumps(parts)
+
+
+def snapshot(args: Sequence[Any]) -> tuple[Any, ...]:
+    """A copy of ``args`` with the same layouts and the same aliasing: each storage is copied once and every
+    tensor is rebuilt on its copy (same offset, shape and strides)."""
+    storages: dict[int, Any] = {}
+
+    def copy(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        storage = value.untyped_storage()
+        if storage.data_ptr() not in storages:
+            storages[storage.data_ptr()] = storage.clone()
+        return torch.empty(0, dtype=value.dtype, device=value.device).set_(
+            storages[storage.data_ptr()], value.storage_offset(), value.shape, value.stride()
+        )
+
+    return tuple(copy(a) for a in args)
+
+
+@contextmanager
+def _replaced(original: Callable[..., Any], replacement: Callable[..., Any]) -> Iterator[None]:
+    """Every module global bound to ``original`` (``from kernels.launch import launch`` binds one per module)
+    bound to ``replacement`` while the block runs."""
+    sites = [
+        (namespace, name)
+        for module in list(sys.modules.values())
+        for namespace in (getattr(module, "__dict__", None),)
+        if isinstance(namespace, dict)
+        for name, value in list(namespace.items())
+        if value is original
+    ]
+    for namespace, name in sites:
+        namespace[name] = replacement
+    try:
+        yield
+    finally:
+        for namespace, name in sites:
+            namespace[name] = original
+
+
+def _launcher(path: str) -> Callable[..., Any]:
+    module, _, name = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ParityError(f"cannot load the launcher {path!r}: {exc}") from exc
+
+
+def _fwd_bwd(spec: OpSpec, impl: Impl, inputs: Mapping[str, Any], seed: int, what: str) -> None:
+    """The op forward and backward as the engine runs it (one random upstream gradient); errors are ParityErrors."""
+    upstream = upstream_grads(seed) if impl.backward and spec.grad_inputs else None
+    run = execute(spec, impl.load(), inputs, upstream)
+    if run.errors:
+        raise ParityError(f"{spec.name} [{impl.name}] failed while {what}: {run.errors[0]}")
+
+
+def capture(
     spec: OpSpec,
-    base: Impl,
+    impl: Impl,
     problem: Problem,
     dtype: torch.dtype,
     device: str,
-    tolerances: Tolerances,
-    configs: Iterable[Mapping[str, Any]],
-    keep: int,
-    timer: Timer = cuda_timer,
-    progress: Callable[[str, Trial], None] | None = None,
-) -> list[Trial]:
-    """Time every config on ``problem``; judge them fastest first; stop once ``keep`` have passed.
-    ``progress(stage, trial)`` is called after each timing ("timed") and each verdict ("judged"), so a run
-    cut short by a time limit still shows what it measured."""
-    inputs = spec.make_inputs(problem, dtype, 0, torch.device(device))
-    trials: list[Trial] = []
-    for config in configs:
-        trial = Trial(dict(config))
-        step = training_step(spec, dataclasses.replace(base, config=trial.config), inputs)
+    names: Sequence[str],
+    launcher: str = LAUNCHER,
+    seed: int = 0,
+) -> dict[str, Launch]:
+    """Run the op forward and backward twice on the engine's inputs of ``problem`` (seed ``seed``): with a marker
+    config per name (which kernel runs with which name: each marker launch runs the kernel's default config),
+    then with ``{}`` (every kernel as the op runs it by default), recording each named kernel's first launch:
+    a copy of its arguments taken before it ran, its config, how often and with how many argument signatures
+    it ran. ParityError if a launch carries no marker or the two runs launch different kernels."""
+    original = _launcher(launcher)
+    impl.load()  # import the kernel modules before their launcher globals are replaced
+    inputs = make_inputs(spec, problem, dtype, seed, device)
+    order: list[tuple[Any, str]] = []
+
+    def probe(kernel: Any, args: tuple[Any, ...], config: Any, **options: Any) -> Any:
+        name = config.get(NAME_FIELD) if isinstance(config, Mapping) else None
+        if name is None:
+            raise ParityError(
+                f"{kernel.fn.__name__} was launched with a config the op's config does not name "
+                f"(expected a name among {', '.join(names)})"
+            )
+        order.append((kernel, name))
+        return original(kernel, args, None, **options)
+
+    markers = {name: {NAME_FIELD: name} for name in names}
+    with _replaced(original, probe):
+        _fwd_bwd(spec, dataclasses.replace(impl, config=markers), inputs, seed, "finding which kernel each name runs")
+    named: dict[Any, str] = {}
+    for kernel, name in order:
+        if named.setdefault(kernel, name) != name:
+            raise ParityError(f"{kernel.fn.__name__} runs under two names, {named[kernel]!r} and {name!r}")
+    launches: dict[str, Launch] = {}
+    pending = iter(order)
+
+    def record(kernel: Any, args: tuple[Any, ...], config: Any, **options: Any) -> Any:
+        expected = next(pending, None)
+        if expected is None or expected[0] is not kernel:
+            raise ParityError(f"{spec.name} launched {kernel.fn.__name__} with its default config, out of turn")
+        launch = launches.get(expected[1])
+        if launch is None:
+            launch = launches[expected[1]] = Launch(expected[1], kernel, snapshot(args), config, dict(options))
+        launch.count += 1
+        if (text := signature(args)) not in launch.signatures:
+            launch.signatures.append(text)
+        return original(kernel, args, config, **options)
+
+    with _replaced(original, record):
+        _fwd_bwd(spec, dataclasses.replace(impl, config={}), inputs, seed, "capturing its kernel launches")
+    if next(pending, None) is not None:
+        raise ParityError(f"{spec.name} launched fewer kernels with its default config than with named configs")
+    return launches
+
+
+# ---------------------------------------------------------------------------------------------
+# The accuracy check Helion runs on every candidate.
+
+
+def accuracy_check(tolerance: Tolerance) -> Callable[[object, object], None]:
+    """Helion's ``autotune_baseline_accuracy_check_fn`` with parity's rule. Helion calls it with (outputs,
+    baseline outputs), and with (arguments, baseline arguments) when the kernel writes into its arguments.
+    Every floating-point tensor must be within ``bound(tolerance, None, max|baseline|)`` = atol + rtol *
+    max|baseline| in max-abs error (a NaN or Inf counts as infinitely wrong unless the baseline has the same
+    value there); integer tensors and other values must be equal. A dimension whose extent differs from the
+    baseline's depends on the config: it holds the partial results of a split reduction (e.g. one row per row
+    group of the gated norm's backward, summed by the caller), so its sum is compared. Raises AssertionError,
+    which makes Helion skip the config."""
+
+    def check(actual: object, expected: object) -> None:
+        got, got_tree = tree_flatten(actual)
+        want, want_tree = tree_flatten(expected)
+        if got_tree != want_tree:
+            raise AssertionError(f"output structure {got_tree} != baseline structure {want_tree}")
+        for index, (a, e) in enumerate(zip(got, want, strict=True)):
+            if not isinstance(e, torch.Tensor):
+                if isinstance(a, torch.Tensor) or (a != e and a is not e):
+                    raise AssertionError(f"leaf {index}: {a!r} != baseline {e!r}")
+                continue
+            if not isinstance(a, torch.Tensor) or a.dim() != e.dim():
+                shape = tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
+                raise AssertionError(f"leaf {index}: {shape} where the baseline has shape {tuple(e.shape)}")
+            if not (a.is_floating_point() or e.is_floating_point()):
+                if not torch.equal(a, e):
+                    raise AssertionError(f"leaf {index}: integer tensor differs from the baseline")
+                continue
+            split = [d for d in range(a.dim()) if a.shape[d] != e.shape[d]]
+            if split:
+                a, e = (t.to(torch.float64).sum(split) for t in (a, e))
+            stats = error_stats(a, e)
+            limit = bound(tolerance, None, stats.oracle_max_abs)
+            if not stats.max_abs <= limit:
+                summed = f" (summed over dims {split})" if split else ""
+                raise AssertionError(
+                    f"leaf {index}{summed}: max_abs {stats.max_abs:.3e} > bound {limit:.3e} (max|baseline| "
+                    f"{stats.oracle_max_abs:.3e}); worst at {list(stats.worst_index)}: {stats.worst_value:.6g} vs "
+                    f"{stats.worst_oracle:.6g}"
+                )
+
+    return check
+
+
+def kernel_tolerance(tolerances: Tolerances, op: str, dtype: torch.dtype) -> Tolerance:
+    """The tolerance a kernel's outputs are held to: the op's at its dtype (as the engine holds every output
+    of the op, fp32 intermediates included)."""
+    return tolerances.lookup(op, dtype_name(dtype), "")
+
+
+# ---------------------------------------------------------------------------------------------
+# The tuner: plan, trust, search each kernel, assemble, judge.
+
+
+def _hash(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _target(impl: Impl) -> str:
+    """``module:function`` of an implementation (a callable's, for an Impl built around one)."""
+    if isinstance(impl.target, str):
+        return impl.target
+    return f"{impl.target.__module__}:{impl.target.__qualname__}"
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    """A JSON record, or None when absent or unreadable (a torn or foreign file is redone, not trusted)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write(path: Path, record: Mapping[str, Any]) -> None:
+    atomic_write(path, json.dumps(record, indent=1, default=str) + "\n")
+
+
+@dataclass
+class Outcome:
+    """What a run did: ``status`` is done (``config`` passed end to end and is written at ``config_path``),
+    planned (nothing run), incomplete (re-run to continue), untrusted (the default configs fail: no baseline)
+    or no-gain (no tuned kernel config survived the judge)."""
+
+    status: str
+    kernels: list[dict[str, Any]] = field(default_factory=list)
+    judged: list[dict[str, Any]] = field(default_factory=list)
+    config: dict[str, Any] | None = None
+    config_path: Path | None = None
+    note: str = ""
+
+
+@dataclass
+class Tuner:
+    """Tune one op's kernels at one problem and dtype; results under ``out`` (see :meth:`folder`)."""
+
+    spec: OpSpec
+    base: Impl
+    problem: Problem
+    dtype: torch.dtype
+    device: str
+    tolerances: Tolerances
+    out: Path
+    settings: SearchSettings = SearchSettings()
+    seeds: int = 8
+    search: Search = helion_search
+    timer: Timer = cuda_timer
+    log: Log = print
+    time_limit: float | None = None
+    launcher: str = LAUNCHER
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def folder(self) -> Path:
+        """``out/<device>/<op>/<dtype>-<problem hash>``: ``kernels/<name>.json`` per kernel, ``judged/<config
+        hash>.json`` per end-to-end judgement, ``config.json`` (the passing op config, for ``parity promote``)."""
+        tag = _hash(dict(self.problem))[:12]
+        return self.out / lookup.device_key(self.device) / self.spec.name / f"{dtype_name(self.dtype)}-{tag}"
+
+    def _elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def _say(self, text: str) -> None:
+        self.log(f"[{self._elapsed():7.1f} s] {text}")
+
+    def _out_of_time(self, needed: float, before: str) -> bool:
+        """Whether the time limit leaves less than ``needed`` seconds; says so, naming what is left undone."""
+        if self.time_limit is None or self._elapsed() + needed <= self.time_limit:
+            return False
+        self._say(f"time limit {self.time_limit:g} s: stopping before {before}; re-run the same command to continue")
+        return True
+
+    def names_and_seeds(self, inputs: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+        """Each kernel name of the op's config -> its distinct configs in the hand grid (the autotuner's seeds).
+        The names are those of the grid and of the explicit configs of the op's candidates of the same target."""
+        if self.spec.tuning_configs is None:
+            raise ParityError(f"op {self.spec.name!r} declares no tuning space (OpSpec.tuning_configs)")
+        grid = self.spec.tuning_configs(inputs, self.seeds)
+        explicit = [dict(c.config) for c in self.spec.candidates if c.config and c.target == self.base.target]
+        for config in [*grid, *explicit]:
+            if not all(isinstance(v, Mapping) for v in config.values()):
+                raise ParityError(
+                    f"parity tune needs the op's config to name one Helion config per kernel ({{name: config}}); "
+                    f"{self.spec.name} has {json.dumps(config)}"
+                )
+        found: dict[str, list[dict[str, Any]]] = {name: [] for config in [*grid, *explicit] for name in config}
+        for config in grid:
+            for name, sub in config.items():
+                if dict(sub) not in found[name]:
+                    found[name].append(dict(sub))
+        return found
+
+    def _expected(self, launch: Launch) -> dict[str, Any]:
+        """The fields a kernel's record must match to be current."""
+        return {
+            "op": self.spec.name,
+            "kernel": launch.name,
+            "target": launch.target,
+            "source_hash": lookup.source_hash(launch.target),
+            "versions": lookup.versions(),
+            "problem": dict(self.problem),
+            "dtype": dtype_name(self.dtype),
+            "signature": launch.signatures[0],
+        }
+
+    def _record(self, launch: Launch) -> tuple[dict[str, Any] | None, str]:
+        """(the current record of a kernel or None, why it must be tuned: missing or what changed)."""
+        record = _read(self.folder / "kernels" / f"{launch.name}.json")
+        if record is None:
+            return None, "not tuned"
+        changed = [k for k, v in self._expected(launch).items() if record.get(k) != v]
+        return (record, "") if not changed else (None, f"stale ({', '.join(changed)} changed)")
+
+    def run(self, *, only: Sequence[str] = (), force: bool = False, plan: bool = False) -> Outcome:
+        """Capture, then (unless ``plan``) establish the baseline's trust, tune each kernel not tuned yet (only
+        ``only`` if given; every one with ``force``), and judge the assembled config."""
+        inputs = make_inputs(self.spec, self.problem, self.dtype, 0, self.device)
+        seeds = self.names_and_seeds(inputs)
+        unknown = sorted(set(only) - set(seeds))
+        if unknown:
+            raise ParityError(
+                f"no kernel named {unknown[0]!r} in {self.spec.name}'s config: expected among {list(seeds)}"
+            )
+        self._say(
+            f"tune {self.spec.name} [{self.base.name}] {dtype_name(self.dtype)} on {self.device} at "
+            f"{json.dumps(dict(self.problem))}: {len(seeds)} kernel names; results in {self.folder}"
+        )
+        launches = capture(self.spec, self.base, self.problem, self.dtype, self.device, list(seeds), self.launcher)
+        self._say(f"captured the launches of {len(launches)} kernels (forward and backward, twice)")
+        todo: list[Launch] = []
+        records: dict[str, dict[str, Any]] = {}
+        for name in seeds:
+            launch = launches.get(name)
+            if launch is None:
+                self._say(f"plan {name}: not launched at this problem: not tuned")
+                continue
+            record, why = self._record(launch)
+            if record is not None and not force:
+                records[name] = record
+                state = f"{record['status']} before, skipped (--force redoes it)"
+            else:
+                state = "forced" if record is not None else why
+                if not only or name in only:
+                    todo.append(launch)
+                else:
+                    state += ", not in --kernel"
+            shapes = ", ".join(json.loads(launch.signatures[0])[:3])
+            self._say(
+                f"plan {name}: {launch.kernel.fn.__name__} x{launch.count} ({len(launch.signatures)} argument "
+                f"signature(s), tuned on the first: {shapes}, ...), {len(seeds[name])} seed(s): {state}"
+            )
+        if plan:
+            return Outcome("planned", kernels=list(records.values()))
+        trust = self.judge({}, "the default configs (the baseline's trust)")
+        if trust is None:
+            return Outcome("incomplete", kernels=list(records.values()))
+        if not trust["passed"]:
+            return Outcome("untrusted", list(records.values()), [trust], note="the op fails with its default configs")
+        tolerance = kernel_tolerance(self.tolerances, self.spec.name, self.dtype)
+        for number, launch in enumerate(todo, start=1):
+            if self._out_of_time(self.settings.budget_seconds or 0, f"{launch.name} ({len(todo) - number + 1} left)"):
+                return Outcome("incomplete", list(records.values()), [trust])
+            self._say(f"tuning {launch.name} ({number}/{len(todo)})")
+            records[launch.name] = self.tune_kernel(launch, seeds[launch.name], tolerance)
+        left = [n for n in launches if n not in records]
+        if left:
+            self._say(f"not tuned yet: {', '.join(left)}; run again (without --kernel) to finish and judge the op")
+            return Outcome("incomplete", list(records.values()), [trust])
+        return self.assemble(records, trust)
+
+    def tune_kernel(self, launch: Launch, seeds: list[dict[str, Any]], tolerance: Tolerance) -> dict[str, Any]:
+        """Search one kernel with Helion's autotuner and parity's check, verify and time the result, and write
+        its record at once (also when the search fails: a re-run then skips it; ``--force`` retries)."""
+        import helion
+
+        started = time.monotonic()
+        settings = launch.kernel.settings.copy(static_shapes=True)
+        plain = helion.kernel(launch.kernel.fn, settings=settings).bind(launch.args)
+        default = plain.config_spec.default_config() if launch.config is None else helion.Config(**dict(launch.config))
+        baseline = plain.compile_config(default)
+        valid = []
+        for seed in seeds:
+            try:
+                plain.config_spec.normalize(helion.Config(**seed))
+                valid.append(seed)
+            except helion.exc.InvalidConfig as exc:
+                self._say(f"  seed dropped: {json.dumps(seed)}: {exc}")
+        check = accuracy_check(tolerance)
+        tuning = helion.kernel(
+            launch.kernel.fn,
+            settings=settings.copy(
+                autotune_seed_configs=[helion.Config(**s) for s in valid],
+                autotune_baseline_fn=baseline,
+                autotune_baseline_accuracy_check_fn=check,
+                **self.settings.helion(),
+            ),
+        )
+        record: dict[str, Any] = {
+            **self._expected(launch),
+            "baseline_config": dict(default),
+            "seeds": valid,
+            "search": dataclasses.asdict(self.settings),
+            "device": lookup.device_key(self.device),
+        }
         try:
-            step()  # compile outside the timed region
-            trial.ms = timer(step)
-        except Exception as exc:  # a config that does not compile or run is discarded, with the reason
-            trial.error = f"{type(exc).__name__}: {str(exc)[:300]}"
-        trials.append(trial)
-        if progress:
-            progress("timed", trial)
-    passed = 0
-    for trial in sorted((t for t in trials if t.ms is not None), key=lambda t: t.ms or 0.0):
-        if passed >= keep:
-            break
-        impl = dataclasses.replace(base, name=f"{base.name}-trial", config=trial.config)
-        problems = [problem, *spec.examples[:1]]
-        results = [r for p in problems for r in run_problem(spec, [impl], p, dtype, 0, device, tolerances)]
+            best = dict(self.search(tuning, launch.args))
+            compiled = plain.compile_config(helion.Config(**best))
+            args = snapshot(launch.args)
+            check(compiled(*args), baseline(*snapshot(launch.args)))
+            check(args, _after(baseline, launch.args))
+            record.update(status="tuned", config=best)
+            record["baseline_ms"] = self.timer(lambda: baseline(*args))
+            record["ms"] = self.timer(lambda: compiled(*args))
+        except Exception as exc:  # a failed search or a best config that fails parity's check is recorded
+            _device_alive(self.device, exc)
+            record.update(status="failed", error=f"{type(exc).__name__}: {str(exc)[:500]}")
+        record["seconds"] = round(time.monotonic() - started, 1)
+        _write(self.folder / "kernels" / f"{launch.name}.json", record)
+        if record["status"] == "tuned":
+            self._say(
+                f"  {launch.name}: {record['baseline_ms']:.4f} ms -> {record['ms']:.4f} ms "
+                f"({record['seconds']:.0f} s) {json.dumps(record['config'])}"
+            )
+        else:
+            self._say(f"  {launch.name}: FAILED ({record['seconds']:.0f} s): {record['error']}")
+        return record
+
+    def judge(self, config: Mapping[str, Any], what: str) -> dict[str, Any] | None:
+        """The engine's verdict on the op with ``config``, forward and backward, at the problem and the op's
+        pinned examples, with the fwd+bwd time at the problem; stored per config (a stored verdict for the same
+        op source, versions, problems and dtype is reused). None when the time limit is reached first."""
+        impl = dataclasses.replace(self.base, name=f"{self.base.name.split('-cfg')[0]}-tune", config=dict(config))
+        problems = [dict(self.problem), *map(dict, self.spec.examples)]
+        key = {
+            "op": self.spec.name,
+            "target": _target(self.base),
+            "source_hash": lookup.source_hash(_target(self.base)),
+            "versions": lookup.versions(),
+            "problems": problems,
+            "dtype": dtype_name(self.dtype),
+            "config": dict(config),
+        }
+        path = self.folder / "judged" / f"{_hash(key)[:16]}.json"
+        stored = _read(path)
+        if stored is not None and all(stored.get(k) == v for k, v in key.items()):
+            self._say(f"judged before: {what}: {'pass' if stored['passed'] else 'FAIL'}")
+            return stored
+        if self._out_of_time(0, f"judging {what}"):
+            return None
+        self._say(f"judging {what} end to end, forward and backward, on {len(problems)} problem(s)")
+        results: list[CaseResult] = []
+        for problem in problems:
+            results += run_problem(self.spec, [impl], problem, self.dtype, 0, self.device, self.tolerances)
         failed = [r for r in results if not r.passed]
-        trial.passed = not failed
-        trial.failure = failed[0].message() if failed else None
-        passed += trial.passed
-        if progress:
-            progress("judged", trial)
-    return trials
+        record: dict[str, Any] = {**key, "what": what, "passed": not failed, "failures": [r.message() for r in failed]}
+        if not failed:
+            inputs = make_inputs(self.spec, self.problem, self.dtype, 0, self.device)
+            step = training_step(self.spec, impl, inputs)
+            step()  # compiled outside the timed region
+            record["ms"] = self.timer(step)
+        _write(path, record)
+        verdict = f"pass, fwd+bwd {record['ms']:.4f} ms" if not failed else f"FAIL ({len(failed)} cases)"
+        self._say(f"  {what}: {verdict}")
+        for message in record["failures"][:3]:
+            self.log(message)
+        return record
+
+    def assemble(self, records: dict[str, dict[str, Any]], trust: dict[str, Any]) -> Outcome:
+        """Judge every tuned kernel config that is faster than its default together; if that fails, add them one
+        at a time to the defaults (the largest time saved first), rejecting each that fails."""
+        gains = {}
+        for name, record in records.items():
+            if record.get("status") != "tuned" or record.get("rejected"):
+                continue
+            if record["ms"] < record["baseline_ms"]:
+                gains[name] = record["baseline_ms"] - record["ms"]
+            else:
+                self._say(f"{name}: not faster than its default config: left out")
+        order = sorted(gains, key=lambda n: -gains[n])
+        judged = [trust]
+        config = {n: records[n]["config"] for n in order}
+        verdict = self.judge(config, f"the tuned configs of {len(config)} kernels") if config else None
+        if config and verdict is None:
+            return Outcome("incomplete", list(records.values()), judged)
+        if verdict is not None:
+            judged.append(verdict)
+        if verdict is not None and not verdict["passed"]:
+            config = {}
+            for name in order:
+                trial = {**config, name: records[name]["config"]}
+                verdict = self.judge(trial, f"{len(config)} accepted + {name}")
+                if verdict is None:
+                    return Outcome("incomplete", list(records.values()), judged)
+                judged.append(verdict)
+                if verdict["passed"]:
+                    config = trial
+                else:
+                    records[name]["rejected"] = f"the op fails end to end with it: {verdict['failures'][:1]}"
+                    _write(self.folder / "kernels" / f"{name}.json", records[name])
+                    self._say(f"{name}: rejected (the op fails end to end with its tuned config)")
+        if not config:
+            return Outcome("no-gain", list(records.values()), judged, note="no tuned kernel config was kept")
+        path = self.folder / "config.json"
+        atomic_write(path, json.dumps(config, indent=1) + "\n")
+        return Outcome("done", list(records.values()), judged, config, path)
+
+
+def _device_alive(device: str, error: Exception) -> None:
+    """Raise (nothing recorded) when ``error`` left the CUDA context unusable, e.g. an illegal memory access:
+    every later kernel of this process would fail too and be recorded as failed. A fresh process resumes."""
+    if device != "cuda":
+        return
+    try:
+        torch.cuda.synchronize()
+    except RuntimeError as lost:
+        raise ParityError(
+            f"the CUDA context is lost ({lost}) after {type(error).__name__}: re-run to resume"
+        ) from error
+
+
+def _after(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, ...]:
+    """The arguments after ``fn`` ran on a copy of them (what a kernel writes into its arguments)."""
+    copy = snapshot(args)
+    fn(*copy)
+    return copy

@@ -70,11 +70,9 @@ def test_a_user_error_in_a_fresh_process_prints_no_traceback():
         (("check", "--examples", "many"), "argument --examples: expected an integer >= 0, got 'many'"),
         (("gate", "chunk_cumsum", "--config", "c.json", "--examples", "-3"), "argument --examples: must be an integer"),
         (("promote", "chunk_cumsum", "--config", "c.json", "--examples", "-1"), "argument --examples: must be"),
-        (
-            ("tune", "ssd_combined", "--shape", "{}", "--trials", "0"),
-            "argument --trials: must be an integer >= 1, got 0",
-        ),
-        (("tune", "ssd_combined", "--shape", "{}", "--keep", "-1"), "argument --keep: must be an integer >= 1, got -1"),
+        (("tune", "ssd_combined", "--seeds", "-1"), "argument --seeds: must be an integer >= 0, got -1"),
+        (("tune", "ssd_combined", "--budget", "0"), "argument --budget: must be an integer >= 1, got 0"),
+        (("tune", "ssd_combined"), "tuning needs --device cuda"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(args, needle):

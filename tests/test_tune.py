@@ -1,0 +1,374 @@
+"""``parity tune`` (parity/tune.py) on CPU. Helion's autotuner cannot benchmark here, so its search is replaced at
+the seam made for it (``Tuner.search``) by a small search over the seed configs that runs each candidate and
+applies the accuracy check Helion would; the timer is a stand-in too. Everything else is real: the launch
+capture, the kernels (Triton interpreter), the records and the engine's end-to-end judgements."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import helion
+import helion.language as hl
+import pytest
+import torch
+from hypothesis import strategies as st
+
+from kernels import bmm_chunk, chunk_cumsum, chunk_scan, chunk_state, ssd_combined, ssd_combined_bwd, state_passing
+from kernels import layernorm_gated as ln
+from kernels.launch import launch
+from parity import cli, lookup, registry, tolerances
+from parity.runner import execute, make_inputs, upstream_grads
+from parity.spec import Impl, OpSpec
+from parity.tune import Tuner, accuracy_check, capture, kernel_tolerance, snapshot
+
+pytestmark = pytest.mark.cpu
+
+SPECS = registry.load()
+TOLS = tolerances.load(specs=SPECS)
+NORM = {
+    "rows": 7,
+    "ngroups": 2,
+    "group_size": 48,
+    "z": True,
+    "norm_before_gate": False,
+    "is_rms_norm": True,
+    "bias": False,
+}
+NORM_SPEC = dataclasses.replace(SPECS["layernorm_gated"], training_problems=(NORM,), examples=())
+"""The gated norm with a small training shape (the CPU interpreter cannot run the real one) and no examples."""
+NORM_IMPL = Impl("helion", "kernels.layernorm_gated:layernorm_fn")
+SSD = {
+    "batch": 1,
+    "seqlen": 40,
+    "chunk_size": 16,
+    "nheads": 4,
+    "ngroups": 2,
+    "headdim": 16,
+    "dstate": 16,
+    "D": "h",
+    "dt_bias": True,
+    "dt_softplus": True,
+}
+
+
+class Lines(list):
+    """The tuner's log lines, kept."""
+
+    def __call__(self, line: str) -> None:
+        self.append(line)
+
+
+class SeedSearch:
+    """A stand-in for Helion's autotuner: runs each seed config as Helion does (on copies of the arguments, against
+    ``autotune_baseline_fn``, judged by ``autotune_baseline_accuracy_check_fn`` on the outputs and on what the
+    kernel writes into its arguments) and returns the first that passes (``lost``: the first seed, unchecked, as
+    a search that lost its way). ``seen``: the kernels searched; ``rejected``: the seeds the check refused;
+    ``before(kernel)`` runs first (assertions about that moment)."""
+
+    def __init__(self, before: Any = None, lost: bool = False):
+        self.seen: list[str] = []
+        self.rejected: list[dict[str, Any]] = []
+        self.before = before
+        self.lost = lost
+
+    def __call__(self, kernel: Any, args: tuple[Any, ...]) -> dict[str, Any]:
+        settings = kernel.settings
+        assert settings.static_shapes, "tuned as training runs it: the static-shape build"
+        assert settings.autotune_effort == "full" and settings.autotune_random_seed == 0
+        if self.before:
+            self.before(kernel)
+        self.seen.append(kernel.fn.__name__)
+        if self.lost:
+            return dict(settings.autotune_seed_configs[0])
+        base_args = snapshot(args)
+        expected = settings.autotune_baseline_fn(*base_args)
+        bound = kernel.bind(args)
+        for config in settings.autotune_seed_configs:
+            run_args = snapshot(args)
+            got = bound.compile_config(config)(*run_args)
+            try:
+                settings.autotune_baseline_accuracy_check_fn(got, expected)
+                settings.autotune_baseline_accuracy_check_fn(run_args, base_args)
+            except AssertionError:
+                self.rejected.append(dict(config))
+                continue
+            return dict(config)
+        raise RuntimeError("no seed config passes")
+
+
+def countdown() -> Any:
+    """A stand-in timer: every call is faster than the one before (so a tuned kernel beats its default)."""
+    ticks = itertools.count()
+    return lambda fn: 100.0 - next(ticks)
+
+
+def tuner(out: Path, search: Any, spec: OpSpec = NORM_SPEC, base: Impl = NORM_IMPL, **options: Any) -> Tuner:
+    return Tuner(
+        spec,
+        base,
+        spec.training_problems[0],
+        torch.float32,
+        "cpu",
+        TOLS,
+        out,
+        search=search,
+        timer=countdown(),
+        log=Lines(),
+        **options,
+    )
+
+
+def logged(t: Tuner) -> Lines:
+    assert isinstance(t.log, Lines)
+    return t.log
+
+
+def records(t: Tuner) -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted((t.folder / "kernels").glob("*.json"))}
+
+
+def _run_op(spec: Any, impl: Impl, problem: dict[str, Any], config: Any) -> dict[str, Any]:
+    inputs = make_inputs(spec, problem, torch.float32, 0, "cpu")
+    return execute(spec, dataclasses.replace(impl, config=config).load(), inputs, upstream_grads(0)).values
+
+
+def test_capture_gives_the_gated_norm_kernels_and_their_arguments():
+    """Both kernels, named as the op's config names them, with the config the op runs by default (the
+    fallbacks); replayed on the captured arguments they reproduce the op's output and grad.x bit for bit."""
+    launches = capture(NORM_SPEC, NORM_IMPL, NORM, torch.float32, "cpu", ["fwd", "bwd"])
+    assert set(launches) == {"fwd", "bwd"}
+    fwd, bwd = launches["fwd"], launches["bwd"]
+    assert fwd.kernel is ln.layer_norm_fwd_kernel and bwd.kernel is ln.layer_norm_bwd_kernel
+    assert fwd.config == ln.fwd_fallback_config(64) and bwd.count == 1 and len(fwd.signatures) == 1
+    assert fwd.target == "kernels.layernorm_gated:layer_norm_fwd_kernel"
+    values = _run_op(NORM_SPEC, NORM_IMPL, NORM, {})
+    args = snapshot(fwd.args)
+    launch(fwd.kernel, args, fwd.config, **fwd.options)
+    assert torch.equal(args[ln.FwdArgs._fields.index("out")], values["out"].reshape(args[0].shape))
+    args = snapshot(bwd.args)
+    launch(bwd.kernel, args, bwd.config, **bwd.options)
+    assert torch.equal(args[ln.BwdArgs._fields.index("dx")], values["grad.x"])
+
+
+def test_capture_gives_every_ssd_kernel_forward_and_backward():
+    """Every kernel of the combined op's forward and backward (the varlen states kernel only runs with
+    cu_seqlens), each the module's kernel; the forward's four recomputed in the backward launch twice; the
+    captured chunk_scan launch reproduces the op's output bit for bit."""
+    spec = SPECS["ssd_combined"]
+    impl = Impl("helion", "kernels.ssd_combined:mamba_chunk_scan_combined")
+    launches = capture(spec, impl, SSD, torch.float32, "cpu", ssd_combined.OPS)
+    kernels = {
+        "chunk_cumsum": chunk_cumsum.chunk_cumsum_kernel,
+        "chunk_state": chunk_state.chunk_state_kernel,
+        "state_passing": state_passing.state_passing_kernel,
+        "bmm_chunk": bmm_chunk.bmm_chunk_kernel,
+        "chunk_scan": chunk_scan.chunk_scan_kernel,
+        "bwd_dstates": ssd_combined_bwd.dstates_kernel,
+        "bwd_state_passing": ssd_combined_bwd.state_passing_bwd_kernel,
+        "bwd_dx": ssd_combined_bwd.dx_kernel,
+        "bwd_dcb": ssd_combined_bwd.dcb_kernel,
+        "bwd_dc": ssd_combined_bwd.dc_kernel,
+        "bwd_db": ssd_combined_bwd.db_kernel,
+    }
+    assert {name: launch.kernel for name, launch in launches.items()} == kernels
+    assert {name for name, launch in launches.items() if launch.count == 2} == {
+        "chunk_cumsum",
+        "chunk_state",
+        "state_passing",
+        "bmm_chunk",
+    }
+    scan = launches["chunk_scan"]
+    assert scan.config is None
+    values = _run_op(spec, impl, SSD, {})
+    out = launch(scan.kernel, snapshot(scan.args), None, **scan.options)[0]
+    assert torch.equal(out, values["out"])
+
+
+def test_accuracy_check_is_the_engines_rule():
+    """Helion's accuracy callback: within atol + rtol * max|baseline| passes, beyond fails; a NaN the baseline
+    does not have, another structure or rank, an integer or a scalar that differs fail; partials of a split
+    reduction (an extent that depends on the config) are compared by their sums."""
+    tol = kernel_tolerance(TOLS, "layernorm_gated", torch.float32)
+    check = accuracy_check(tol)
+    base = torch.linspace(-3, 3, 50, dtype=torch.float32)
+    limit = tol.atol + tol.rtol * 3
+    check((base + 0.5 * limit, torch.arange(3)), (base, torch.arange(3)))
+    check((base, None, 1.5), (base, None, 1.5))
+    for wrong in (
+        (base + 2 * limit, torch.arange(3)),
+        (torch.where(base > 2.9, float("nan"), base), torch.arange(3)),
+        (base, torch.arange(3) + 1),
+        (base[None], torch.arange(3)),
+        (base,),
+    ):
+        with pytest.raises(AssertionError):
+            check(wrong, (base, torch.arange(3)))
+    with pytest.raises(AssertionError):
+        check((base, 2.0), (base, 1.5))
+    nan = torch.tensor([1.0, float("nan")])
+    check(nan.clone(), nan)
+    partials = base.reshape(1, 5, 10)
+    check(partials.sum(1, keepdim=True), partials)  # one row group where the baseline had five
+    with pytest.raises(AssertionError, match="summed over dims"):
+        check(partials[:, :2], partials)
+
+
+def test_tunes_each_kernel_writes_as_it_goes_and_judges_the_op(tmp_path):
+    """Both kernels searched with the seeds, parity's baseline and check; the first kernel's record is on disk
+    before the second search starts; the assembled config passes the engine and is written for promote."""
+    holder: dict[str, Tuner] = {}
+
+    def before(kernel: Any) -> None:
+        if kernel.fn is ln.layer_norm_bwd_kernel.fn:
+            assert (holder["t"].folder / "kernels" / "fwd.json").exists()
+
+    search = SeedSearch(before)
+    t = holder["t"] = tuner(tmp_path, search)
+    outcome = t.run()
+    assert outcome.status == "done", t.log
+    assert search.seen == ["layer_norm_fwd_kernel", "layer_norm_bwd_kernel"]
+    found = records(t)
+    assert set(found) == {"fwd", "bwd"} and all(r["status"] == "tuned" for r in found.values())
+    assert found["bwd"]["config"] == found["bwd"]["seeds"][0] and found["bwd"]["ms"] < found["bwd"]["baseline_ms"]
+    assert found["fwd"]["source_hash"] == lookup.source_hash("kernels.layernorm_gated:layer_norm_fwd_kernel")
+    assert json.loads(outcome.config_path.read_text()) == {"fwd": found["fwd"]["config"], "bwd": found["bwd"]["config"]}
+    assert [j["passed"] for j in outcome.judged] == [True, True] and outcome.judged[0]["config"] == {}
+
+
+def test_a_rerun_skips_what_is_current_and_a_changed_source_re_tunes(tmp_path, monkeypatch):
+    """Resumable: a second run searches nothing and reuses the stored judgements; a kernel whose source hash
+    changed is tuned again, alone."""
+    assert tuner(tmp_path, SeedSearch()).run().status == "done"
+    again = SeedSearch()
+    t = tuner(tmp_path, again)
+    assert t.run().status == "done" and again.seen == []
+    assert any("judged before" in line for line in logged(t))
+    original = lookup.source_hash
+    edited = "kernels.layernorm_gated:layer_norm_bwd_kernel"
+    monkeypatch.setattr(lookup, "source_hash", lambda target: "edited" if target == edited else original(target))
+    third = SeedSearch()
+    assert tuner(tmp_path, third).run().status == "done"
+    assert third.seen == ["layer_norm_bwd_kernel"]
+
+
+@helion.kernel(static_shapes=False)
+def row_cumsum_kernel(x: torch.Tensor) -> torch.Tensor:
+    """Cumulative sums along rows, scanned per tile: wrong with a column block narrower than the row (Helion
+    accepts a scan along a dimension tiled by a smaller block): a kernel with right and wrong configs."""
+    m, n = x.shape
+    out = torch.empty_like(x)
+    for tile_m, tile_n in hl.tile([m, n]):
+        out[tile_m, tile_n] = torch.cumsum(x[tile_m, tile_n], dim=1)
+    return out
+
+
+def row_cumsum(x: torch.Tensor, *, config: Any = None) -> torch.Tensor:
+    """The toy op: its config names one kernel, ``{"scan": Helion config}``."""
+    return launch(row_cumsum_kernel, (x,), (config or {}).get("scan"))
+
+
+ROWS = {"rows": 4, "cols": 32}
+ROW_IMPL = Impl("helion", row_cumsum, backward=False)
+ROW_SPEC = OpSpec(
+    name="row_cumsum",
+    reference=Impl("torch", lambda x: torch.cumsum(x, 1)),
+    make_inputs=lambda p, dtype, seed, device: {
+        "x": torch.randn(p["rows"], p["cols"], generator=torch.Generator().manual_seed(seed)).to(device, dtype)
+    },
+    problems=lambda profile: st.just(ROWS),
+    outputs=("out",),
+    candidates=(ROW_IMPL,),
+    dtypes=(torch.float32,),
+    training_problems=(ROWS,),
+    tuning_configs=lambda inputs, count: [
+        {"scan": {"block_sizes": [1, 8]}},  # wrong: a scan across column tiles
+        {"scan": {"block_sizes": [2, 32]}},
+        {"scan": {"block_sizes": [1, 8, 4]}},  # malformed: dropped before the search
+    ][:count],
+)
+
+
+def test_the_check_refuses_a_wrong_config_and_takes_a_right_one(tmp_path):
+    """On the kernel's real outputs: the seed that scans across tiles is refused by parity's check, the next one
+    is taken; a malformed seed never reaches the search."""
+    search = SeedSearch()
+    t = tuner(tmp_path, search, spec=ROW_SPEC, base=ROW_IMPL)
+    outcome = t.run()
+    assert outcome.status == "done" and outcome.config == {"scan": {"block_sizes": [2, 32]}}
+    assert search.rejected == [{"block_sizes": [1, 8]}]
+    assert records(t)["scan"]["seeds"] == [{"block_sizes": [1, 8]}, {"block_sizes": [2, 32]}]
+    assert any("seed dropped" in line for line in logged(t))
+
+
+def test_a_wrong_best_config_is_recorded_as_failed_and_not_kept(tmp_path):
+    """A search that returns a wrong config: the tuner's own check of the best config records the kernel as
+    failed, and no config is kept (exit 1 from the command)."""
+    t = tuner(tmp_path, SeedSearch(lost=True), spec=ROW_SPEC, base=ROW_IMPL)
+    outcome = t.run()
+    record = records(t)["scan"]
+    assert record["status"] == "failed" and record["error"].startswith("AssertionError: leaf 0: max_abs")
+    assert outcome.status == "no-gain" and not (t.folder / "config.json").exists()
+
+
+BAD_BWD: dict[str, Any] = {}
+"""The backward config :func:`wrong_with_tuned_bwd` corrupts the op's output with (set by the test)."""
+
+
+def wrong_with_tuned_bwd(*, config: Any = None, **kwargs: Any) -> torch.Tensor:
+    """The gated norm, wrong end to end (output x 1.01) when run with the backward config BAD_BWD: each kernel
+    passes its own check, only the op's judge can see it."""
+    out = ln.layernorm_fn(**kwargs, config=config)
+    return out * 1.01 if BAD_BWD and (config or {}).get("bwd") == BAD_BWD else out
+
+
+def test_an_assembled_config_that_fails_end_to_end_is_rejected(tmp_path, monkeypatch):
+    """The op fails the engine with the tuned backward config: the assembled config is rejected, the kernels are
+    added one at a time, the backward's config is rejected (recorded) and the forward's kept."""
+    seeds = ln.tuning_configs({"x": torch.zeros(NORM["rows"], 96), "group_size": 48}, 8)
+    monkeypatch.setitem(BAD_BWD, "block_sizes", seeds[0]["bwd"]["block_sizes"])
+    monkeypatch.setitem(BAD_BWD, "num_warps", seeds[0]["bwd"]["num_warps"])
+    impl = Impl("helion", wrong_with_tuned_bwd)
+    spec = dataclasses.replace(NORM_SPEC, candidates=(impl,))
+    t = tuner(tmp_path, SeedSearch(), spec=spec, base=impl)
+    outcome = t.run()
+    assert outcome.status == "done" and outcome.config == {"fwd": records(t)["fwd"]["config"]}
+    assert [j["passed"] for j in outcome.judged] == [True, False, True, False]
+    assert "rejected" in records(t)["bwd"] and "rejected" not in records(t)["fwd"]
+    assert json.loads(outcome.config_path.read_text()) == outcome.config
+
+
+def test_plan_captures_and_prints_without_tuning(tmp_path, capsys):
+    """``--plan``: one line per kernel name, nothing searched, judged or written (also on CPU)."""
+    shape = json.dumps(NORM)
+    code = cli.main(
+        [
+            "tune",
+            "layernorm_gated",
+            "--plan",
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--shape",
+            shape,
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "plan fwd: layer_norm_fwd_kernel x1" in out and "plan bwd: layer_norm_bwd_kernel x1" in out
+    assert "8 seed(s): not tuned" in out
+    assert not any(tmp_path.iterdir())
+
+
+def test_time_limit_stops_before_starting_work_and_says_so(tmp_path):
+    """A time limit already spent: nothing is judged or searched, and the log says to run again."""
+    search = SeedSearch()
+    t = tuner(tmp_path, search, time_limit=0.001)
+    assert t.run().status == "incomplete" and search.seen == []
+    assert any("re-run the same command to continue" in line for line in logged(t))
