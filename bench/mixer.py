@@ -13,9 +13,6 @@ Times are triton.testing.do_bench medians on CUDA. ``--device cpu`` (Triton inte
 perf_counter-timed call each, no peak memory, no floor) is a smoke test only, meant for ``--shape tiny``.
 A backend that raises is recorded as ``{"error": ...}``, never fatal.
 
-The Helion kernels run as training runs them (specialized to the shapes); ``--any-shape`` runs their
-dynamic-shape builds instead (what the gate compiles for generated shapes), for the comparison.
-
     python bench/mixer.py --json bench/results/h200-mixer.json
     python bench/mixer.py --device cpu --shape tiny --json /tmp/mixer.json
 """
@@ -23,7 +20,6 @@ dynamic-shape builds instead (what the gate compiles for generated shapes), for 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import importlib.metadata
 import importlib.util
@@ -438,11 +434,6 @@ def main() -> int:
         default=None,
         help="JSON file with the Helion gated-norm config (default: the promoted one, else fallbacks)",
     )
-    parser.add_argument(
-        "--any-shape",
-        action="store_true",
-        help="run the Helion kernels' dynamic-shape builds (kernels.launch.any_shape), not the static ones",
-    )
     args = parser.parse_args()
     configs = {"ssd": _load_config(args.ssd_config), "norm": _load_config(args.norm_config)}
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -457,13 +448,10 @@ def main() -> int:
         print("mixer: warning: CPU times are one interpreted call each, only a smoke test", file=sys.stderr)
     torch.manual_seed(0)
     ceil = _ceilings() if dev.type == "cuda" else None
-    from kernels.launch import any_shape
-
-    with any_shape() if args.any_shape else contextlib.nullcontext():
-        mixer = bench_mixer(shape, dtype, dev, configs)
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
-        norm = bench_norm_bwd(shape, dtype, dev, ceil, configs["norm"])
+    mixer = bench_mixer(shape, dtype, dev, configs)
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    norm = bench_norm_bwd(shape, dtype, dev, ceil, configs["norm"])
     targets = {
         name: {"value": value, "target": TARGETS[limit], "verdict": _verdict(value, TARGETS[limit], at_least, dev)}
         for name, value, limit, at_least in (
@@ -479,7 +467,6 @@ def main() -> int:
         "device": args.device,
         "shape": args.shape,
         "helion_configs": configs,
-        "helion_shapes": "dynamic (any_shape)" if args.any_shape else "static (as training runs)",
         "timing": "do_bench median" if dev.type == "cuda" else "one perf_counter call",
         **_versions(),
         "ceilings": ceil,

@@ -2,11 +2,12 @@
 config (the kernel's default config when none is given), never autotuning, and keeps each compiled config per
 argument signature.
 
-Every kernel is declared with dynamic shapes; which build runs is chosen here. Training runs each kernel
-specialized to its call's shapes (Helion's ``static_shapes=True``: compiled once per shape, and faster at the
-training shape, see ``bench/results/h200-run9``). Inside :func:`any_shape` a launch runs the dynamic build, compiled
-once per config, dtype and size-0/1 pattern whatever the shapes: what a gate over many generated shapes needs.
-The gate judges both: the static build at the training shapes, the dynamic one on the generated shapes."""
+Every kernel is declared with dynamic shapes: one compilation per config, dtype and size-0/1 pattern serves every
+shape. A kernel config may ask for the build specialized to the call's shapes instead (:data:`STATIC`: compiled
+once per shape; faster at the SSD's training shape, ``bench/results/h200-run9``), what a promoted config can
+choose for training. Inside :func:`any_shape` (the gate's generated shapes) that request is ignored, so the gate
+compiles little, and it judges the static build where training runs it: at the training shapes, outside the
+context."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import functools
 import json
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any
 
 import helion
@@ -24,17 +24,25 @@ ConfigLike = helion.Config | Mapping[str, Any] | None
 
 _COMPILED: dict[tuple[Hashable, ...], Callable[..., Any]] = {}
 
-_ANY_SHAPE: ContextVar[bool] = ContextVar("parity_any_shape", default=False)
+STATIC = "static_shapes"
+"""A kernel config's key (parity's, not Helion's): true runs the kernel's static-shape build outside
+:func:`any_shape`, except on arguments with a size-1 dimension, where Helion 1.5.0's static builds fail (e.g. the
+SSD's chunk_state at one chunk of one head: "'NoneType' object has no attribute 'type'" in the interpreter)."""
+
+_ANY_SHAPE = [0]
+"""How many :func:`any_shape` contexts are open. Process-wide, not a context variable: autograd runs a CUDA
+backward on its own device thread, which must see the context the forward was called in."""
 
 
 @contextmanager
 def any_shape() -> Iterator[None]:
-    """Launches within run each kernel's dynamic-shape build (one compilation serves every shape)."""
-    token = _ANY_SHAPE.set(True)
+    """Launches within (from any thread of the process) run each kernel's dynamic-shape build whatever its config
+    asks (one compilation serves every shape)."""
+    _ANY_SHAPE[0] += 1
     try:
         yield
     finally:
-        _ANY_SHAPE.reset(token)
+        _ANY_SHAPE[0] -= 1
 
 
 def as_config(config: helion.Config | Mapping[str, Any]) -> helion.Config:
@@ -57,22 +65,29 @@ def _static_twin(kernel: helion.Kernel) -> helion.Kernel:
 
 
 def launch(kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike, *, static: bool = False) -> Any:
-    """Run ``kernel(*args)`` with ``config`` (the kernel's default config when None), never autotuning.
-    Compiles once per argument signature and config; later calls skip Helion's binding entirely. Runs the
-    kernel's static-shape twin (compiled per shape) outside :func:`any_shape`.
+    """Run ``kernel(*args)`` with ``config`` (the kernel's default config when None or empty), never autotuning.
+    Compiles once per argument signature and config; later calls skip Helion's binding entirely. A config with
+    :data:`STATIC` true runs the static-shape twin (compiled per shape) outside :func:`any_shape`.
 
-    ``static``: the static twin even inside :func:`any_shape`. For a kernel that tiles one tensor's extent and
-    indexes another tensor with that tile, when that extent is 1: Helion 1.5.0's dynamic shapes drop the index
-    of the size-1 dim while the tile keeps its block size (wrong results, e.g. a 1-row norm)."""
-    if (static or not _ANY_SHAPE.get()) and not kernel.settings.static_shapes:
+    ``static``: the static twin always. For a kernel that tiles one tensor's extent and indexes another tensor
+    with that tile, when that extent is 1: Helion 1.5.0's dynamic shapes drop the index of the size-1 dim while
+    the tile keeps its block size (wrong results, e.g. a 1-row norm)."""
+    fields = {} if config is None else dict(config)
+    wants_static = bool(fields.pop(STATIC, False)) and not _ANY_SHAPE[0] and not _has_size_one(args)
+    if (static or wants_static) and not kernel.settings.static_shapes:
         kernel = _static_twin(kernel)
-    config_key = None if config is None else json.dumps(dict(config), sort_keys=True, default=str)
+    config_key = json.dumps(fields, sort_keys=True, default=str)
     pointers = [arg.data_ptr() for arg in args if isinstance(arg, torch.Tensor)]
     aliasing = tuple(pointers.index(p) for p in pointers)  # Helion also specializes on aliased inputs
     key = (kernel, config_key, aliasing, *map(_signature, args))
     compiled = _COMPILED.get(key)
     if compiled is None:
         bound = kernel.bind(args)
-        cfg = bound.config_spec.default_config() if config is None else as_config(config)
+        cfg = as_config(fields) if fields else bound.config_spec.default_config()
         compiled = _COMPILED[key] = bound.compile_config(cfg)
     return compiled(*args)
+
+
+def _has_size_one(args: tuple[Any, ...]) -> bool:
+    """Whether a tensor argument has a dimension of size 1."""
+    return any(isinstance(arg, torch.Tensor) and 1 in arg.shape for arg in args)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +59,12 @@ def _device(config: pytest.Config) -> str:
     return config.getoption("--parity-device") or parity_device_mod.default_device()
 
 
+_IN_WORKER = [False]
+"""Whether this process is an xdist worker (its reports reach the controller, which prints them)."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _IN_WORKER[0] = hasattr(config, "workerinput")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
     config.addinivalue_line("markers", "slow: long-running; deselect with -m 'not slow'")
     config.addinivalue_line(
@@ -128,6 +134,17 @@ class _Reporter:
         text = json.dumps(results.stamped("check", {"meta": meta, "cases": self.cases}), indent=1) + "\n"
         report.atomic_write(self.out / "results.json", text)
         render.write([results.parse(json.loads(text), str(self.out / "results.json"))], self.out)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """A failure's reason on one line as soon as it happens (under xdist, in the controller): a batch job cut by
+    its time limit never reaches pytest's end-of-run summary, and its log must still say why tests failed."""
+    if not report.failed or _IN_WORKER[0]:
+        return
+    crash = getattr(report.longrepr, "reprcrash", None)
+    reason = (crash.message if crash is not None else str(report.longrepr)).strip().splitlines() or ["?"]
+    sys.stderr.write(f"parity: {report.when} failed: {report.nodeid}: {reason[0][:400]}\n")
+    sys.stderr.flush()
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -1,11 +1,13 @@
-"""Which build a Helion kernel runs: specialized to the call's shapes as training runs it, the dynamic-shape build
-inside ``kernels.launch.any_shape()``; and the engine enters that context for every problem but the training
-problems, so the gate judges the static build where training runs it."""
+"""Which build a Helion kernel runs: the dynamic-shape build by default; the build specialized to the call's shapes
+where its config asks (``kernels.launch.STATIC``), except inside ``kernels.launch.any_shape()`` (from any thread)
+and on arguments with a size-1 dimension; and the engine enters that context for every problem but the training
+problems, so the gate judges a static config's static build where training runs it."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 
 import torch
 from toy_op import reference, spec
@@ -13,6 +15,8 @@ from toy_op import reference, spec
 from kernels import chunk_cumsum, launch
 from parity import tolerances
 from parity.runner import run_problem
+
+STATIC_CONFIG = {**chunk_cumsum.CONFIGS[0], launch.STATIC: True}
 
 
 def _builds(monkeypatch) -> list[tuple[bool, int]]:
@@ -30,18 +34,43 @@ def _builds(monkeypatch) -> list[tuple[bool, int]]:
     return seen
 
 
-def test_training_runs_the_static_build_any_shape_the_dynamic_one(monkeypatch) -> None:
+def _run(seqlens, config, heads: int = 2) -> None:
+    for seqlen in seqlens:
+        chunk_cumsum.chunk_cumsum_fwd(torch.rand(2, seqlen, heads), -torch.rand(heads), 8, config=config)
+
+
+def test_a_static_config_runs_one_build_per_shape_the_default_one_for_all(monkeypatch) -> None:
     seen = _builds(monkeypatch)
-    dts = [torch.rand(1, seqlen, 2) for seqlen in (16, 24)]
-    A = -torch.rand(2)
-    for dt in dts:
-        chunk_cumsum.chunk_cumsum_fwd(dt, A, 8)
-    assert [static for static, _ in seen] == [True, True] and seen[0][1] != seen[1][1]  # one build per shape
+    _run((16, 24), STATIC_CONFIG)
+    assert [static for static, _ in seen] == [True, True] and seen[0][1] != seen[1][1]
+    _run((16, 24), chunk_cumsum.CONFIGS[0])
+    assert [static for static, _ in seen[2:]] == [False, False] and seen[2][1] == seen[3][1]
+
+
+def test_any_shape_and_size_one_dims_run_the_dynamic_build(monkeypatch) -> None:
+    seen = _builds(monkeypatch)
     with launch.any_shape():
-        for dt in dts:
-            chunk_cumsum.chunk_cumsum_fwd(dt, A, 8)
-    assert [static for static, _ in seen[2:]] == [False, False] and seen[2][1] == seen[3][1]  # one for both
-    assert not launch._ANY_SHAPE.get()
+        _run((16,), STATIC_CONFIG)
+    assert not launch._ANY_SHAPE[0]
+    _run((16,), STATIC_CONFIG, heads=1)  # Helion 1.5.0's static builds fail on size-1 dimensions
+    assert [static for static, _ in seen] == [False, False]
+
+
+def test_static_and_dynamic_builds_agree_bit_for_bit() -> None:
+    dt, A = torch.rand(2, 40, 3), -torch.rand(3) * 8
+    static = chunk_cumsum.chunk_cumsum_fwd(dt, A, 16, config=STATIC_CONFIG)
+    dynamic = chunk_cumsum.chunk_cumsum_fwd(dt, A, 16, config=chunk_cumsum.CONFIGS[0])
+    assert all(torch.equal(s, d) for s, d in zip(static, dynamic, strict=True))
+
+
+def test_any_shape_reaches_other_threads(monkeypatch) -> None:
+    """A CUDA backward runs on autograd's device thread: it must run the build its forward's context chose."""
+    seen = _builds(monkeypatch)
+    with launch.any_shape():
+        thread = threading.Thread(target=_run, args=((16,), STATIC_CONFIG))
+        thread.start()
+        thread.join()
+    assert [static for static, _ in seen] == [False]
 
 
 def test_engine_enters_any_shape_except_at_training_problems() -> None:

@@ -1,0 +1,26 @@
+"""The pytest plugin's log lines: a batch job's log says why each test failed as it happens, not only in the
+end-of-run summary that a job cut by its time limit never reaches."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_failure_is_logged_with_its_reason_when_it_happens(pytester, workers) -> None:
+    pytester.makepyfile(
+        """
+        def test_broken():
+            assert 1 == 2, "grad.A 0.286 vs bound 0.102"
+
+        def test_fine():
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "parity.pytest_plugin", "-p", "no:cacheprovider", *workers)
+    result.assert_outcomes(passed=1, failed=1)
+    lines = [line for line in result.errlines if line.startswith("parity: call failed:")]
+    assert len(lines) == 1 and "test_broken" in lines[0] and "grad.A 0.286 vs bound 0.102" in lines[0]
