@@ -142,8 +142,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if not report.failed or _IN_WORKER[0]:
         return
     crash = getattr(report.longrepr, "reprcrash", None)
-    reason = (crash.message if crash is not None else str(report.longrepr)).strip().splitlines() or ["?"]
-    sys.stderr.write(f"parity: {report.when} failed: {report.nodeid}: {reason[0][:400]}\n")
+    lines = (crash.message if crash is not None else str(report.longrepr)).strip().splitlines() or ["?"]
+    reason = " | ".join(line.strip() for line in lines[:6])  # a parity failure's problem, then its errors
+    sys.stderr.write(f"parity: {report.when} failed: {report.nodeid}: {reason[:1500]}\n")
     sys.stderr.flush()
 
 
