@@ -59,6 +59,9 @@ def _device(config: pytest.Config) -> str:
     return config.getoption("--parity-device") or parity_device_mod.default_device()
 
 
+SLOW_SECONDS = 30.0
+"""A test that takes this long is logged as it ends (the GPU suite's critical path)."""
+
 _IN_WORKER = [False]
 """Whether this process is an xdist worker (its reports reach the controller, which prints them)."""
 
@@ -137,9 +140,14 @@ class _Reporter:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """A failure's reason on one line as soon as it happens (under xdist, in the controller): a batch job cut by
-    its time limit never reaches pytest's end-of-run summary, and its log must still say why tests failed."""
-    if not report.failed or _IN_WORKER[0]:
+    """A failure's reason, and a slow test's duration, on one line as soon as it happens (under xdist, in the
+    controller): a batch job cut by its time limit never reaches pytest's end-of-run summary, and its log must
+    still say why tests failed and where the time went."""
+    if _IN_WORKER[0]:
+        return
+    if report.when == "call" and report.duration >= SLOW_SECONDS:
+        sys.stderr.write(f"parity: slow: {report.nodeid}: {report.duration:.1f} s\n")
+    if not report.failed:
         return
     crash = getattr(report.longrepr, "reprcrash", None)
     lines = (crash.message if crash is not None else str(report.longrepr)).strip().splitlines() or ["?"]

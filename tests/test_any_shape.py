@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import threading
 
+import pytest
 import torch
 from toy_op import reference, spec
 
@@ -34,45 +35,47 @@ def _builds(monkeypatch) -> list[tuple[bool, int]]:
     return seen
 
 
-def _run(seqlens, config, heads: int = 2) -> None:
+def _run(seqlens, config, device: str, heads: int = 2) -> None:
     for seqlen in seqlens:
-        chunk_cumsum.chunk_cumsum_fwd(torch.rand(2, seqlen, heads), -torch.rand(heads), 8, config=config)
+        dt, A = torch.rand(2, seqlen, heads, device=device), -torch.rand(heads, device=device)
+        chunk_cumsum.chunk_cumsum_fwd(dt, A, 8, config=config)
 
 
-def test_a_static_config_runs_one_build_per_shape_the_default_one_for_all(monkeypatch) -> None:
+def test_a_static_config_runs_one_build_per_shape_the_default_one_for_all(monkeypatch, parity_device) -> None:
     seen = _builds(monkeypatch)
-    _run((16, 24), STATIC_CONFIG)
+    _run((16, 24), STATIC_CONFIG, parity_device)
     assert [static for static, _ in seen] == [True, True] and seen[0][1] != seen[1][1]
-    _run((16, 24), chunk_cumsum.CONFIGS[0])
+    _run((16, 24), chunk_cumsum.CONFIGS[0], parity_device)
     assert [static for static, _ in seen[2:]] == [False, False] and seen[2][1] == seen[3][1]
 
 
-def test_any_shape_and_size_one_dims_run_the_dynamic_build(monkeypatch) -> None:
+def test_any_shape_and_size_one_dims_run_the_dynamic_build(monkeypatch, parity_device) -> None:
     seen = _builds(monkeypatch)
     with launch.any_shape():
-        _run((16,), STATIC_CONFIG)
+        _run((16,), STATIC_CONFIG, parity_device)
     assert not launch._ANY_SHAPE[0]
-    _run((16,), STATIC_CONFIG, heads=1)  # Helion 1.5.0's static builds fail on size-1 dimensions
+    _run((16,), STATIC_CONFIG, parity_device, heads=1)  # Helion 1.5.0's static builds fail on size-1 dimensions
     assert [static for static, _ in seen] == [False, False]
 
 
-def test_static_and_dynamic_builds_agree_bit_for_bit() -> None:
-    dt, A = torch.rand(2, 40, 3), -torch.rand(3) * 8
+def test_static_and_dynamic_builds_agree_bit_for_bit(parity_device) -> None:
+    dt, A = torch.rand(2, 40, 3, device=parity_device), -torch.rand(3, device=parity_device) * 8
     static = chunk_cumsum.chunk_cumsum_fwd(dt, A, 16, config=STATIC_CONFIG)
     dynamic = chunk_cumsum.chunk_cumsum_fwd(dt, A, 16, config=chunk_cumsum.CONFIGS[0])
     assert all(torch.equal(s, d) for s, d in zip(static, dynamic, strict=True))
 
 
-def test_any_shape_reaches_other_threads(monkeypatch) -> None:
+def test_any_shape_reaches_other_threads(monkeypatch, parity_device) -> None:
     """A CUDA backward runs on autograd's device thread: it must run the build its forward's context chose."""
     seen = _builds(monkeypatch)
     with launch.any_shape():
-        thread = threading.Thread(target=_run, args=((16,), STATIC_CONFIG))
+        thread = threading.Thread(target=_run, args=((16,), STATIC_CONFIG, parity_device))
         thread.start()
         thread.join()
     assert [static for static, _ in seen] == [False]
 
 
+@pytest.mark.cpu
 def test_engine_enters_any_shape_except_at_training_problems() -> None:
     entered: list[bool] = []
 

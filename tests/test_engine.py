@@ -131,50 +131,6 @@ def test_an_implementation_that_raises_is_a_failure_not_a_crash():
     assert not result.passed and "forward raised RuntimeError: config does not compile" in result.message()
 
 
-def test_tune_keeps_the_fastest_passing_configs():
-    """Configs are judged fastest first; a fast wrong config is dropped, not kept."""
-    from parity.tune import tune
-
-    def kernel(x, a, d, chunk, config):
-        return reference(x, a, d, chunk, drop_d=config["wrong"])
-
-    s = spec()
-    base = Impl("toy", kernel)
-    configs = [
-        {"ms": 3.0, "wrong": False},
-        {"ms": 1.0, "wrong": True},
-        {"ms": 2.0, "wrong": False},
-        {"ms": 4.0, "wrong": False},
-    ]
-    times = iter(c["ms"] for c in configs)
-    seen = []
-    trials = tune(
-        s,
-        base,
-        RAGGED,
-        torch.float32,
-        "cpu",
-        TOLS,
-        configs,
-        keep=2,
-        timer=lambda fn: next(times),
-        progress=lambda stage, trial: seen.append((stage, trial.config["ms"])),
-    )
-    verdicts = {t.config["ms"]: t.passed for t in trials}
-    assert verdicts == {1.0: False, 2.0: True, 3.0: True, 4.0: None}
-    # Progress is reported as it happens: every timing in order, then each verdict fastest first.
-    assert seen == [
-        ("timed", 3.0),
-        ("timed", 1.0),
-        ("timed", 2.0),
-        ("timed", 4.0),
-        ("judged", 1.0),
-        ("judged", 2.0),
-        ("judged", 3.0),
-    ]
-    assert "decay_sum [toy-trial]" in next(t for t in trials if t.passed is False).failure
-
-
 @pytest.mark.parametrize("layout", ["strided", "offset"])
 def test_layouts_reach_the_implementation_and_are_checked(layout):
     """Non-contiguous and offset inputs keep their layout through the engine's copies."""

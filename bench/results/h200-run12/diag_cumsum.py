@@ -1,4 +1,5 @@
 """Old vs new chunk_cumsum on the GPU: does the padded tail of a ragged chunk equal its last real sum?"""
+
 import importlib.util
 import sys
 
@@ -20,5 +21,6 @@ for seqlen in (21, 45, 100):
             real = seqlen - (dA.shape[2] - 1) * 32
             tail = dA[:, :, -1, real:]
             last = dA[:, :, -1, real - 1 : real]
-            row.append(f"{label} max|tail-last| {float((tail - last).abs().max()):.3e} (|last| max {float(last.abs().max()):.0f})")
+            gap, size = float((tail - last).abs().max()), float(last.abs().max())
+            row.append(f"{label} max|tail-last| {gap:.3e} (|last| max {size:.0f})")
         print(f"seqlen {seqlen} {name}: " + "; ".join(row), flush=True)
