@@ -405,10 +405,15 @@ def run_problem(
     """
     spec.validate(problem, [dtype])
     training = dict(problem) in [dict(p) for p in spec.training_problems]
-    with device_mod.large_problem_slot(device == "cuda" and training), nullcontext() if training else spec.any_shape():
-        return _run_problem(
-            spec, impls, problem, dtype, seed, device, tolerances, backward, poison, layout, relayout_inputs
-        )
+    large = device == "cuda" and training
+    with device_mod.large_problem_slot(large), nullcontext() if training else spec.any_shape():
+        try:
+            return _run_problem(
+                spec, impls, problem, dtype, seed, device, tolerances, backward, poison, layout, relayout_inputs
+            )
+        finally:
+            if large:  # give the run's cached blocks (tens of GB) back before the slot goes to another process
+                torch.cuda.empty_cache()
 
 
 def _run_problem(

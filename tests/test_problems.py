@@ -309,7 +309,7 @@ def test_no_drawn_dt_sits_on_an_end_of_dt_limit(dtype, softplus):
     assert torch.equal(moved[4:], dt[4:])
 
 
-def test_mamba_ssm_baseline_passes_where_its_softplus_once_straddled_dt_limit():
+def test_mamba_ssm_baseline_passes_where_its_softplus_once_straddled_dt_limit(parity_device):
     """H200 run 9: seed 54782 drew a dt whose softplus is 1e-5 below dt_limit's lower end; mamba-ssm's fp32
     softplus put it inside, so its grad.dt was not masked (9.8e-2 where the oracle has 0). Off the edge, it passes."""
     spec = registry.get("chunk_cumsum")
@@ -318,5 +318,5 @@ def test_mamba_ssm_baseline_passes_where_its_softplus_once_straddled_dt_limit():
                "dt_range": [0.0001, 5.0], "A_range": [0.01, 16.0]}  # fmt: skip
     from parity import tolerances
 
-    results = run_problem(spec, [spec.impl("triton")], problem, torch.float32, 54782, "cpu", tolerances.load())
+    results = run_problem(spec, [spec.impl("triton")], problem, torch.float32, 54782, parity_device, tolerances.load())
     assert all(r.passed for r in results), [r.message() for r in results]
