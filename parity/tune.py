@@ -500,7 +500,8 @@ class Tuner:
         started = time.monotonic()
         settings = launch.kernel.settings.copy(static_shapes=True)
         plain = helion.kernel(launch.kernel.fn, settings=settings).bind(launch.args)
-        default = plain.config_spec.default_config() if launch.config is None else helion.Config(**dict(launch.config))
+        fields = {k: v for k, v in dict(launch.config or {}).items() if k != STATIC}
+        default = helion.Config(**fields) if fields else plain.config_spec.default_config()
         baseline = plain.compile_config(default)
         valid = []
         for seed in seeds:
@@ -602,7 +603,7 @@ class Tuner:
                 self._say(f"{name}: not faster than its default config: left out")
         order = sorted(gains, key=lambda n: -gains[n])
         judged = [trust]
-        config = {n: records[n]["config"] for n in order}
+        config = {n: _as_tuned(records[n]["config"]) for n in order}
         verdict = self.judge(config, f"the tuned configs of {len(config)} kernels") if config else None
         if config and verdict is None:
             return Outcome("incomplete", list(records.values()), judged)
@@ -611,7 +612,7 @@ class Tuner:
         if verdict is not None and not verdict["passed"]:
             config = {}
             for name in order:
-                trial = {**config, name: records[name]["config"]}
+                trial = {**config, name: _as_tuned(records[name]["config"])}
                 verdict = self.judge(trial, f"{len(config)} accepted + {name}")
                 if verdict is None:
                     return Outcome("incomplete", list(records.values()), judged)
@@ -627,6 +628,16 @@ class Tuner:
         path = self.folder / "config.json"
         atomic_write(path, json.dumps(config, indent=1) + "\n")
         return Outcome("done", list(records.values()), judged, config, path)
+
+
+STATIC = "static_shapes"
+"""The kernel-config key that makes the launcher run a kernel's static-shape build (``kernels.launch.STATIC``)."""
+
+
+def _as_tuned(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A tuned kernel config as the op runs it: on the static-shape build it was tuned on (the engine then judges
+    that build at the training shape and the dynamic build on the other problems)."""
+    return {**config, STATIC: True}
 
 
 def _device_alive(device: str, error: Exception) -> None:

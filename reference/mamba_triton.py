@@ -200,8 +200,9 @@ def _own_config(configs: list[Any], record: dict[str, Any] | None) -> Any:
 
 
 def _pin(tuner: Any) -> None:
-    """Make ``tuner`` autotune once per float dtypes of its arguments, then run every later key with that
-    choice (or, from the start, with the choice recorded for this GPU in :data:`AUTOTUNE_RECORD`).
+    """Make ``tuner`` run one config per float dtypes of its arguments for every key: the choice recorded for
+    this GPU in :data:`AUTOTUNE_RECORD` (this dtype set's, else another's), else its first config; a recording
+    run (``PARITY_RECORD_BASELINE=1``) autotunes a dtype set the record lacks once, records it, and pins it.
 
     mamba-ssm's ``@triton.autotune`` benchmarks all its configs for every new (chunk_size, hdim, dstate,
     nheads) key: a gate over generated shapes would spend most of its time there. The baseline's error, not
@@ -238,6 +239,11 @@ def _pin(tuner: Any) -> None:
             if (own := _own_config(every, recorded.get(source))) is not None:
                 chosen[label] = own
                 BASELINE_CONFIGS[label] = f"{own} (recorded in {AUTOTUNE_RECORD.name} as {source})"
+            elif not recording():
+                # Nothing recorded for this kernel on this GPU: its first config, not an autotune (every worker of
+                # a run would benchmark all its configs anew, compiling each: minutes in fp32 with IEEE dots).
+                chosen[label] = every[0]
+                BASELINE_CONFIGS[label] = f"{every[0]} (mamba-ssm's first config: none recorded for this GPU)"
         with knobs.language.scope():
             if not {"float16", "bfloat16"} & set(floats):
                 knobs.language.fp32_default = "ieee"

@@ -2,7 +2,7 @@
 # One call on the offline H200: install the carried wheels, then run the GPU tests and/or the
 # benchmarks, writing logs and JSON under $OUT (default ./gpu-out). Usage:
 #   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [e2e] [ssd]     (default: tests parity bench)
-# ssd: tune + gate + promote the SSD kernels at the Nemotron shape (the mixer step then loads that config).
+# e2e / ssd: tune (Helion's autotuner, resumable) + gate + promote the gated norm / the SSD kernels at the training shape.
 # mixer: the Nemotron mixer (SSD combined + gated RMSNorm) fwd/fwd+bwd/peak memory and the RMSNorm bwd, vs mamba-ssm
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,28 +37,16 @@ for step in $steps; do
     mixer)   # the whole mixer fwd/fwd+bwd and peak memory, and the gated RMSNorm bwd alone, helion vs mamba-ssm
       timeout "${MIXER_TIMEOUT:-300}" python3 bench/mixer.py --json "$OUT/mixer.json" ${MIXER_ARGS:-} 2>&1 \
         | tee "$OUT/mixer.log" || status=1 ;;
-    e2e)     # tune the gated RMSNorm backward, gate + promote the fastest passing config, load it in training
-      { python3 -m parity tune layernorm_gated --device cuda --trials "${TUNE_TRIALS:-12}" --keep 2 \
-          --out "$OUT/tuned" --shape '{"rows": 16384, "ngroups": 8, "group_size": 512, "z": true,
-          "norm_before_gate": false, "is_rms_norm": true, "bias": false}' \
-        && python3 -m parity promote layernorm_gated --device cuda --config "$OUT/tuned/layernorm_gated-0.json" \
-          --dtype bfloat16 --examples "${GATE_EXAMPLES:-8}" \
-        && python3 bench/train_step.py; } 2>&1 | tee "$OUT/e2e.log" || status=1
-      cp configs/*/layernorm_gated.json "$OUT/store-layernorm_gated.json" 2>/dev/null
-      rm -rf "$OUT/tuned" ;;
-    ssd)     # tune the SSD kernels (fwd+bwd at the Nemotron shape), gate + promote the fastest passing config;
-             # with SSD_CONFIG=file, gate + promote that config without tuning
-      mkdir -p "$OUT/tuned-ssd"
-      { if [ -n "${SSD_CONFIG:-}" ]; then cp "$SSD_CONFIG" "$OUT/tuned-ssd/ssd_combined-0.json"; else
-          timeout "${SSD_TUNE_TIMEOUT:-300}" python3 -m parity tune ssd_combined --device cuda \
-          --trials "${SSD_TRIALS:-8}" --keep 1 --out "$OUT/tuned-ssd" --shape "$(python3 -c \
-          'import json; from ops.ssd import NEMOTRON; print(json.dumps(NEMOTRON))')"; fi \
-        && timeout "${SSD_GATE_TIMEOUT:-600}" python3 -m parity promote ssd_combined --device cuda \
-          --config "$OUT/tuned-ssd/ssd_combined-0.json" --dtype bfloat16 --examples "${GATE_EXAMPLES:-4}"; } 2>&1 \
-        | tee "$OUT/ssd-tune.log" || status=1
-      cp configs/*/ssd_combined.json "$OUT/store-ssd_combined.json" 2>/dev/null
-      cp "$OUT/tuned-ssd/ssd_combined-0.json" "$OUT/ssd-tuned-config.json" 2>/dev/null
-      rm -rf "$OUT/tuned-ssd" ;;
+    e2e|ssd) # tune the op's Helion kernels with Helion's autotuner (resumable: tuned/ travels with the tree and
+             # comes back as tuned.tgz; run again until it prints "done"), then gate + promote the assembled config
+      op=$([ "$step" = e2e ] && echo layernorm_gated || echo ssd_combined)
+      { timeout "${TUNE_TIMEOUT:-420}" python3 -m parity tune "$op" --device cuda --budget "${TUNE_BUDGET:-60}" \
+          --time-limit "${TUNE_LIMIT:-360}" \
+        && cfg=$(ls tuned/*/"$op"/*/config.json | head -1) \
+        && timeout "${GATE_TIMEOUT:-400}" python3 -m parity promote "$op" --device cuda --config "$cfg" \
+          --dtype bfloat16; } 2>&1 | tee "$OUT/tune-$op.log" || status=1
+      tar czf "$OUT/tuned.tgz" tuned 2>/dev/null
+      cp configs/*/"$op".json "$OUT/store-$op.json" 2>/dev/null ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
 done

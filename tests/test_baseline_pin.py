@@ -1,6 +1,7 @@
 """The baseline's autotune pinning (reference.mamba_triton._pin), with a stand-in autotuner: mamba-ssm's
-kernels autotune once per argument dtypes, then run every later key with that choice; a pinned config that
-does not fit falls back to autotuning; fp32 runs compile their dots in IEEE fp32."""
+kernels run one config per argument dtypes for every key (the recorded choice, else their first config; a
+recording run autotunes once and records); a pinned config that does not fit runs a smaller one; fp32 runs
+compile their dots in IEEE fp32."""
 
 from __future__ import annotations
 
@@ -49,7 +50,26 @@ def _clean_record():
     mamba_triton.BASELINE_CONFIGS.update(saved)
 
 
-def test_autotunes_once_per_dtypes_then_pins():
+@pytest.fixture
+def recording(monkeypatch) -> list[str]:
+    """A recording run (``PARITY_RECORD_BASELINE=1``) whose records are collected here, not written."""
+    recorded: list[str] = []
+    monkeypatch.setenv("PARITY_RECORD_BASELINE", "1")
+    monkeypatch.setattr(mamba_triton, "_record", lambda label, config: recorded.append(label))
+    return recorded
+
+
+def test_without_a_record_the_first_config_runs_for_every_key():
+    """No autotune storm where nothing is recorded: the kernel's first config, for every key, said so."""
+    tuner = FakeTuner(["a", "b", "c"])
+    mamba_triton._pin(tuner)
+    bf16 = torch.zeros(2, dtype=torch.bfloat16)
+    assert [tuner.run(bf16, n) for n in (1, 2)] == ["a", "a"]
+    assert tuner.benchmarked == []
+    assert "first config: none recorded" in mamba_triton.BASELINE_CONFIGS["fake_kernel[bfloat16]"]
+
+
+def test_autotunes_once_per_dtypes_then_pins(recording):
     tuner = FakeTuner(["a", "b", "c"])
     mamba_triton._pin(tuner)
     bf16, fp32 = torch.zeros(2, dtype=torch.bfloat16), torch.zeros(2)
@@ -59,9 +79,10 @@ def test_autotunes_once_per_dtypes_then_pins():
     assert tuner.run(fp32, 0) == "c"
     assert tuner.benchmarked == [1, 2]
     assert mamba_triton.BASELINE_CONFIGS == {"fake_kernel[bfloat16]": "b", "fake_kernel[float32]": "c"}
+    assert recording == ["fake_kernel[bfloat16]", "fake_kernel[float32]"]
 
 
-def test_optional_and_integer_arguments_do_not_re_autotune():
+def test_optional_and_integer_arguments_do_not_re_autotune(recording):
     """The key is the set of float dtypes: a problem with more optional inputs (seq_idx int32, a second bf16
     tensor) runs with the choice already made (seen on the H200: keying on every argument re-autotuned)."""
     tuner = FakeTuner(["a", "b", "c"])
@@ -91,7 +112,7 @@ def test_recorded_choice_runs_the_tuners_own_config_and_skips_autotuning(monkeyp
     assert "recorded" in mamba_triton.BASELINE_CONFIGS["fake_kernel[float32]"]
 
 
-def test_recorded_choice_that_is_not_one_of_the_tuners_configs_autotunes(monkeypatch):
+def test_recorded_choice_that_is_not_one_of_the_tuners_configs_autotunes(monkeypatch, recording):
     from triton import Config
 
     configs = [Config({"BLOCK": 32}, num_warps=4), Config({"BLOCK": 64}, num_warps=4)]
@@ -112,7 +133,7 @@ def test_fp32_dots_in_ieee_half_precision_untouched():
     assert knobs.language.fp32_default is None  # restored after the call
 
 
-def test_config_that_does_not_fit_runs_the_largest_smaller_one_that_does():
+def test_config_that_does_not_fit_runs_the_largest_smaller_one_that_does(recording):
     """Out of shared memory at a shape: the next smaller configs are tried one by one without benchmarking, the
     one that fits is remembered and said; only when none fits is the key autotuned."""
     from triton import Config
@@ -129,7 +150,7 @@ def test_config_that_does_not_fit_runs_the_largest_smaller_one_that_does():
     assert "pinned config out of resources" in mamba_triton.BASELINE_CONFIGS["fake_kernel[bfloat16] (other shapes)"]
 
 
-def test_a_shape_no_config_fits_is_autotuned():
+def test_a_shape_no_config_fits_is_autotuned(recording):
     tuner = FakeTuner(["a", "b"], too_big={("b", 3)})
     mamba_triton._pin(tuner)
     x = torch.zeros(2, dtype=torch.bfloat16)
@@ -196,7 +217,7 @@ def test_a_dtype_set_the_record_lacks_runs_the_kernels_choice_for_another(monkey
     assert mamba_triton.BASELINE_CONFIGS["fake_kernel[float32]"].endswith("as fake_kernel[bfloat16,float32])")
 
 
-def test_a_recording_run_autotunes_a_dtype_set_the_record_lacks(monkeypatch):
+def test_a_recording_run_autotunes_a_dtype_set_the_record_lacks(monkeypatch, recording):
     """``PARITY_RECORD_BASELINE=1`` fills the record in: the missing dtype set autotunes and is recorded, rather
     than borrowing the other dtype set's choice."""
     from triton import Config
@@ -204,14 +225,11 @@ def test_a_recording_run_autotunes_a_dtype_set_the_record_lacks(monkeypatch):
     configs = [Config({"BLOCK": 32}, num_warps=4), Config({"BLOCK": 64}, num_warps=4)]
     record = {"kwargs": {"BLOCK": 64}, "num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
     monkeypatch.setattr(mamba_triton, "_recorded", lambda: {"fake_kernel[bfloat16,float32]": record})
-    recorded: list[str] = []
-    monkeypatch.setattr(mamba_triton, "_record", lambda label, config: recorded.append(label))
-    monkeypatch.setenv("PARITY_RECORD_BASELINE", "1")
     tuner = FakeTuner(configs)
     mamba_triton._pin(tuner)
     assert tuner.run(torch.zeros(2), 2) is configs[0]
     assert tuner.benchmarked == [2]
-    assert recorded == ["fake_kernel[float32]"]
+    assert recording == ["fake_kernel[float32]"]
 
 
 def test_a_speed_comparison_runs_mamba_ssm_as_shipped(monkeypatch):

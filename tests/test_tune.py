@@ -235,7 +235,9 @@ def test_tunes_each_kernel_writes_as_it_goes_and_judges_the_op(tmp_path):
     assert set(found) == {"fwd", "bwd"} and all(r["status"] == "tuned" for r in found.values())
     assert found["bwd"]["config"] == found["bwd"]["seeds"][0] and found["bwd"]["ms"] < found["bwd"]["baseline_ms"]
     assert found["fwd"]["source_hash"] == lookup.source_hash("kernels.layernorm_gated:layer_norm_fwd_kernel")
-    assert json.loads(outcome.config_path.read_text()) == {"fwd": found["fwd"]["config"], "bwd": found["bwd"]["config"]}
+    static = {"static_shapes": True}  # the op runs the static-shape build each kernel was tuned on
+    written = json.loads(outcome.config_path.read_text())
+    assert written == {"fwd": {**found["fwd"]["config"], **static}, "bwd": {**found["bwd"]["config"], **static}}
     assert [j["passed"] for j in outcome.judged] == [True, True] and outcome.judged[0]["config"] == {}
 
 
@@ -298,7 +300,7 @@ def test_the_check_refuses_a_wrong_config_and_takes_a_right_one(tmp_path):
     search = SeedSearch()
     t = tuner(tmp_path, search, spec=ROW_SPEC, base=ROW_IMPL)
     outcome = t.run()
-    assert outcome.status == "done" and outcome.config == {"scan": {"block_sizes": [2, 32]}}
+    assert outcome.status == "done" and outcome.config == {"scan": {"block_sizes": [2, 32], "static_shapes": True}}
     assert search.rejected == [{"block_sizes": [1, 8]}]
     assert records(t)["scan"]["seeds"] == [{"block_sizes": [1, 8]}, {"block_sizes": [2, 32]}]
     assert any("seed dropped" in line for line in logged(t))
@@ -331,11 +333,13 @@ def test_an_assembled_config_that_fails_end_to_end_is_rejected(tmp_path, monkeyp
     seeds = ln.tuning_configs({"x": torch.zeros(NORM["rows"], 96), "group_size": 48}, 8)
     monkeypatch.setitem(BAD_BWD, "block_sizes", seeds[0]["bwd"]["block_sizes"])
     monkeypatch.setitem(BAD_BWD, "num_warps", seeds[0]["bwd"]["num_warps"])
+    monkeypatch.setitem(BAD_BWD, "static_shapes", True)  # as the tuner assembles it
     impl = Impl("helion", wrong_with_tuned_bwd)
     spec = dataclasses.replace(NORM_SPEC, candidates=(impl,))
     t = tuner(tmp_path, SeedSearch(), spec=spec, base=impl)
     outcome = t.run()
-    assert outcome.status == "done" and outcome.config == {"fwd": records(t)["fwd"]["config"]}
+    kept = {"fwd": {**records(t)["fwd"]["config"], "static_shapes": True}}
+    assert outcome.status == "done" and outcome.config == kept
     assert [j["passed"] for j in outcome.judged] == [True, False, True, False]
     assert "rejected" in records(t)["bwd"] and "rejected" not in records(t)["fwd"]
     assert json.loads(outcome.config_path.read_text()) == outcome.config
