@@ -20,13 +20,16 @@ for step in $steps; do
   case $step in
     tests)   # the whole suite on the GPU (gpu profile, compile groups over xdist workers, training shapes, the
              # GPU-only mutants); TESTS_ARGS='-m gpu' for the GPU-marked tests alone. pytest prints its duration.
-      timeout "${TESTS_TIMEOUT:-900}" python3 -m pytest -n "${WORKERS:-15}" --dist loadgroup -p no:cacheprovider \
-        --parity-device cuda -rfE --junitxml "$OUT/gpu-tests.xml" ${TESTS_ARGS:-} 2>&1 | tee "$OUT/gpu-tests.log" \
-        || status=1 ;;
+      # A call is cut at 10 minutes: the failure and slow-test lines ("parity: ...") are logged as they happen.
+      timeout "${TESTS_TIMEOUT:-570}" python3 -m pytest -n "${WORKERS:-15}" --dist loadgroup -p no:cacheprovider \
+        --parity-device cuda -v -rfE --durations=40 --junitxml "$OUT/gpu-tests.xml" --report "$OUT/tests-report" \
+        ${TESTS_ARGS:-} > "$OUT/gpu-tests.log" 2>&1 || status=1
+      grep -E "^parity: |passed|failed" "$OUT/gpu-tests.log" | tail -60 | cut -c1-400 ;;
     parity)  # every registered op, implementation and dtype, compiled, gpu profile, compile groups over workers
-      timeout "${PARITY_TIMEOUT:-900}" python3 -m parity check --device cuda --profile gpu --workers "${WORKERS:-15}" \
-        ${PARITY_EXAMPLES:+--examples "$PARITY_EXAMPLES"} --json "$OUT/parity-cuda.json" 2>&1 \
-        | tee "$OUT/parity-cuda.log" || status=1 ;;
+      timeout "${PARITY_TIMEOUT:-570}" python3 -m parity check --device cuda --profile gpu --workers "${WORKERS:-15}" \
+        ${PARITY_EXAMPLES:+--examples "$PARITY_EXAMPLES"} --json "$OUT/parity-cuda.json" \
+        --report "$OUT/check-report" > "$OUT/parity-cuda.log" 2>&1 || status=1
+      grep -E " FAIL |passed|failed" "$OUT/parity-cuda.log" | tail -40 | cut -c1-300 ;;
     bench)
       timeout "${BENCH_TIMEOUT:-900}" python3 bench/bench.py --json "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 \
         | tee "$OUT/bench.log" || status=1 ;;
