@@ -54,10 +54,10 @@ import convergence_model as cm
 
 from parity import device as parity_device
 from parity.report import atomic_write
+from parity.results import stamped
 
-FORMAT = {"format": "parity-convergence", "version": 1}
-"""The JSON's format marker, as ``parity.results.stamped`` writes one; "convergence" is not among the kinds that
-``parity.results.FORMATS`` knows, so ``parity report`` does not read this file (its plots and summary are here)."""
+FORMAT = stamped("convergence", {})
+"""The JSON's format marker (``parity report`` reads the file as its kind "convergence")."""
 
 FACTOR = 2.0
 """A candidate may differ from mamba-ssm by twice what a correct run does: the factor of the kernel gate's rule
@@ -544,27 +544,29 @@ def make_payload(
 ) -> dict[str, Any]:
     """The JSON written: format marker, what ran (settings, versions, the Helion configs loaded), every task's
     result so far, and the verdict (a pass only once every planned task has passed)."""
-    return {
-        **FORMAT,
-        "meta": {
-            "command": command,
-            "device": dev.type,
-            "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else None,
-            "autocast": "bfloat16" if dev.type == "cuda" else None,
-            "tasks_planned": list(planned),
-            "model": cfg.to_dict(),
-            "train": {**dataclasses.asdict(tc), "warmup": tc.warmup, "clip": CLIP, "optimizer": "AdamW(0.9, 0.95)"},
-            "factor": FACTOR,
-            "atol_rel": ATOL_REL,
-            "helion_configs": helion_configs(cfg, dev),
-            "timing": "wall time per step, synchronized; median after the first steps"
-            if dev.type == "cuda"
-            else "CPU interpreter: step times are no speed measure",
-            **_versions(),
+    return stamped(
+        "convergence",
+        {
+            "meta": {
+                "command": command,
+                "device": dev.type,
+                "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else None,
+                "autocast": "bfloat16" if dev.type == "cuda" else None,
+                "tasks_planned": list(planned),
+                "model": cfg.to_dict(),
+                "train": {**dataclasses.asdict(tc), "warmup": tc.warmup, "clip": CLIP, "optimizer": "AdamW(0.9, 0.95)"},
+                "factor": FACTOR,
+                "atol_rel": ATOL_REL,
+                "helion_configs": helion_configs(cfg, dev),
+                "timing": "wall time per step, synchronized; median after the first steps"
+                if dev.type == "cuda"
+                else "CPU interpreter: step times are no speed measure",
+                **_versions(),
+            },
+            "tasks": dict(results),
+            "passed": set(results) == set(planned) and all(r["passed"] for r in results.values()),
         },
-        "tasks": dict(results),
-        "passed": set(results) == set(planned) and all(r["passed"] for r in results.values()),
-    }
+    )
 
 
 # ---------------------------------------------------------------------------------------------

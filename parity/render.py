@@ -645,6 +645,163 @@ def _tune_section(result: Result, label: str) -> str:
     return "".join(parts)
 
 
+# --- convergence: curves with the band, the verdicts, step times --------------------------------------------------
+
+
+def _baseline(task: dict[str, Any]) -> str:
+    """The run a convergence task compares every other run with: the first (bench/convergence.py trains mamba-ssm
+    first)."""
+    return next(iter(task["runs"]))
+
+
+def _deviation(run: list[float], base: list[float]) -> list[float]:
+    """|run - base| per step of both, NaN where it is 0 or not finite (a log axis draws neither)."""
+    return [abs(r - b) if 0 < abs(r - b) < math.inf else math.nan for r, b in zip(run, base, strict=False)]
+
+
+def _convergence_plot(plot: str, task_name: str, task: dict[str, Any]) -> str:
+    """Loss and gradient norm (columns): every run's curve with the band a candidate must stay in (the baseline
+    +- the bound) shaded (top), and each run's |difference from the baseline| against the bound, log scale
+    (bottom)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    runs, base_name, band = task["runs"], _baseline(task), task["band"]
+    colours = {name: f"C{i % 10}" for i, name in enumerate(runs)}
+    fig = _figure(11.5, 6.4, left=0.75, right=1.9, top=0.7, bottom=0.5)
+    grid = fig.subplots(2, 2, sharex=True, squeeze=False)
+    columns = (("losses", "loss", "loss"), ("grad_norms", "grad_norm", "gradient norm (before clipping)"))
+    for column, (key, quantity, title) in enumerate(columns):
+        top, bottom = grid[0][column], grid[1][column]
+        base = runs[base_name][key]
+        drawn: list[float] = []
+        for name, run in runs.items():
+            baseline = name == base_name
+            top.plot(run[key], color=colours[name], lw=1.6 if baseline else 1.0, ls="-" if baseline else "--")
+            if not baseline:
+                deviation = _deviation(run[key], base)
+                bottom.plot(deviation, color=colours[name], lw=1.0, marker=".", ms=3)
+                drawn += deviation
+        if band is not None:
+            bound = band["bound"][quantity]
+            steps = range(min(len(base), len(bound)))
+            top.fill_between(
+                steps,
+                [b - d for b, d in zip(base, bound, strict=False)],
+                [b + d for b, d in zip(base, bound, strict=False)],
+                color=colours[base_name],
+                alpha=0.25,
+                lw=0,
+            )
+            bottom.plot(bound, color="black", lw=1.5)
+            drawn += bound
+        if any(0 < v < math.inf for v in drawn):
+            bottom.set_yscale("log")
+        if key == "losses":
+            for level_name, level in (task["data"].get("levels") or {}).items():
+                top.axhline(level, color="grey", lw=0.8, ls=":")
+                top.annotate(level_name, (0, level), color="grey", fontsize=7, va="bottom")
+        top.set_title(f"{task_name}: {title}", fontsize=9)
+        bottom.set_title(f"|{quantity} - {base_name}'s| (0 not drawn)", fontsize=9)
+        bottom.set_xlabel("step", fontsize=9)
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+            ax.tick_params(labelsize=8)
+    handles: list[Any] = [Line2D([], [], color=colours[n], ls="-" if n == base_name else "--", label=n) for n in runs]
+    if band is not None:
+        handles += [
+            Patch(color=colours[base_name], alpha=0.25, label=f"{base_name} +- bound"),
+            Line2D([], [], color="black", lw=1.5, label="bound"),
+        ]
+    fig.legend(handles=handles, loc="center right", fontsize=8, frameon=False)
+    fig.suptitle(task["note"], fontsize=9)
+    return _img(plot, fig, f"{task_name}: loss and gradient norm per step of each backend, with the band")
+
+
+RATIOS = (("loss_curve", "max_ratio"), ("grad_norm_curve", "max_ratio"), ("final_loss", "ratio"), ("params", "ratio"))
+"""The checks of a convergence candidate's verdict and where each keeps its deviation / bound."""
+
+
+def _convergence_verdicts(task_name: str, task: dict[str, Any]) -> str:
+    """Each candidate: its worst loss and gradient-norm step, final loss and parameters, as deviation from the
+    baseline over the bound (pass <= 1), and its verdict."""
+    rows = []
+    for name, verdict in task["verdicts"].items():
+        if "loss_curve" not in verdict:
+            rows.append([_esc(name), f'<td colspan="5">{_esc(verdict["error"])}</td>', _verdict(verdict["passed"])])
+            continue
+        cells = []
+        for check, key in RATIOS:
+            ratio = verdict[check][key]
+            step = f" (step {verdict[check]['worst_step']})" if key == "max_ratio" else ""
+            cells.append(
+                f'<td class="num{" fail" if ratio > 1 else ""}" data-convergence="{_esc(task_name)}|{_esc(name)}|'
+                f'{check}" data-ratio="{ratio!r}">{_fmt(ratio)}{step}</td>'
+            )
+        final = f'<td class="num">{_fmt(verdict["final_loss"]["value"], ".5f")}</td>'
+        error = f"<br>{_esc(verdict['error'])}" if verdict.get("error") else ""
+        rows.append([_esc(name), *cells[:2], final, *cells[2:], _verdict(verdict["passed"]) + error])
+    header = (
+        "backend",
+        "loss: worst deviation / bound (step)",
+        "grad norm: worst deviation / bound (step)",
+        "final loss",
+        "final loss / bound",
+        "params / bound",
+        "verdict",
+    )
+    return _table(header, rows)
+
+
+def _convergence_times(task_name: str, task: dict[str, Any]) -> str:
+    """Each run: steps done, last loss, median step time and the baseline's time over it, its error."""
+    runs = task["runs"]
+    base_ms = runs[_baseline(task)]["step_ms_median"]
+    rows = []
+    for name, run in runs.items():
+        ms = run["step_ms_median"]
+        rows.append(
+            [
+                _esc(name),
+                f'<td class="num">{len(run["losses"])}</td>',
+                f'<td class="num">{_fmt(run["losses"][-1] if run["losses"] else None, ".5f")}</td>',
+                f'<td class="num" data-step-ms="{_esc(task_name)}|{_esc(name)}" data-ms="{ms!r}">'
+                f"{_fmt(ms, '.2f')}</td>",
+                f'<td class="num">{f"{base_ms / ms:.2f}x" if ms and base_ms else "–"}</td>',
+                _esc(run["error"] or ""),
+            ]
+        )
+    header = ("run", "steps", "last loss", "median step ms", f"{_baseline(task)} ms / run ms", "error")
+    return _table(header, rows) + (
+        f'<p class="muted">median over the steps after the first {task["timing_skips_steps"]} '
+        "(compilation, autotuning).</p>"
+    )
+
+
+def _convergence_section(result: Result, label: str) -> str:
+    """What was trained and how it was judged, then per task: the curves with the band, the verdicts, step times."""
+    meta = result.meta
+    pairs = [
+        ("device", _esc(", ".join(str(meta[k]) for k in ("gpu", "device", "autocast") if meta.get(k)) or "?")),
+        ("versions", _versions(meta)),
+        ("model", f"<code>{_esc(json.dumps(meta.get('model')))}</code>"),
+        ("training", f"<code>{_esc(json.dumps(meta.get('train')))}</code>"),
+        ("Helion configs", f"<code>{_esc(json.dumps(meta.get('helion_configs')))}</code>"),
+        ("bound", _esc(f"{meta.get('factor', '?')} x band + {meta.get('atol_rel', '?')} x |baseline value|")),
+        ("timing", _esc(meta.get("timing", "?"))),
+    ]
+    parts = [_kv(pairs)]
+    for task_name, task in result.data["tasks"].items():
+        parts.append(
+            f'<h3 id="{_esc(label)}-{_esc(task_name)}">{_esc(task_name)} {_verdict(task["passed"])}</h3>'
+            f"<p>{_esc(task['note'])}</p>"
+        )
+        parts.append(_convergence_plot(f"convergence:{label}:{task_name}", task_name, task))
+        parts.append(_convergence_verdicts(task_name, task))
+        parts.append(_convergence_times(task_name, task))
+    return "".join(parts)
+
+
 # --- diffs ---------------------------------------------------------------------------------------------------------
 
 
@@ -718,6 +875,7 @@ SECTIONS: dict[str, Callable[[Result, str], str]] = {
     "bench": _bench_section,
     "mixer": _mixer_section,
     "tune": _tune_section,
+    "convergence": _convergence_section,
 }
 
 
@@ -754,6 +912,16 @@ def _headline(result: Result) -> str:
     if result.kind == "tune":
         trials = result.data["trials"]
         return f"{len(trials)} configs, {sum(bool(t['passed']) for t in trials)} passing"
+    if result.kind == "convergence":
+        return "; ".join(
+            f"{task_name}: "
+            + ", ".join(
+                f"{name} {'pass' if v['passed'] else 'FAIL'}"
+                + (f" (loss at most {_fmt(v['loss_curve']['max_ratio'])} of its bound)" if "loss_curve" in v else "")
+                for name, v in task["verdicts"].items()
+            )
+            for task_name, task in result.data["tasks"].items()
+        )
     return ""
 
 
@@ -804,6 +972,33 @@ def html_page(results: Sequence[Result]) -> str:
     )
 
 
+def _convergence_md(result: Result) -> list[str]:
+    """The verdict table of a convergence file (deviation from the baseline / bound) and each run's step time."""
+    lines = [
+        "",
+        f"## `{result.path}`: convergence, deviation from the baseline / bound (pass <= 1)",
+        "",
+        "| task | backend | loss (worst step) | grad norm (worst step) | final loss | params | verdict |",
+        "|---|---|--:|--:|--:|--:|---|",
+    ]
+    times = []
+    for task_name, task in result.data["tasks"].items():
+        for name, v in task["verdicts"].items():
+            verdict = "pass" if v["passed"] else "**FAIL**"
+            if "loss_curve" not in v:
+                lines.append(f"| {task_name} | {name} | | | | | {verdict}: {v['error']} |")
+                continue
+            cells = [
+                _fmt(v[check][key]) + (f" ({v[check]['worst_step']})" if key == "max_ratio" else "")
+                for check, key in RATIOS
+            ]
+            error = f": {v['error']}" if v.get("error") else ""
+            lines.append(f"| {task_name} | {name} | {' | '.join(cells)} | {verdict}{error} |")
+        steps = ", ".join(f"{name} {_fmt(run['step_ms_median'], '.2f')}" for name, run in task["runs"].items())
+        times.append(f"- {task_name}, median step ms: {steps}")
+    return [*lines, "", *times]
+
+
 def summary_md(results: Sequence[Result], limit: int = 8) -> str:
     """A short Markdown summary for a pull request: one line per file, the per-op worst cases, failures."""
     lines = ["# parity report", "", "| input | kind | verdict | in one line |", "|---|---|---|---|"]
@@ -832,6 +1027,9 @@ def summary_md(results: Sequence[Result], limit: int = 8) -> str:
             lines.append(f"- FAIL `{case.reproducer}`")
         if len(failed) > limit:
             lines.append(f"- … and {len(failed) - limit} more failing cases (index.html lists them)")
+    for r in results:
+        if r.kind == "convergence":
+            lines += _convergence_md(r)
     for before, after in pairs(results):
         rows = [row for row in diff_rows(before, after) if row["growth"] > 1.05][:limit]
         lines += ["", f"## diff `{before.path}` → `{after.path}`: cells that grew", ""]

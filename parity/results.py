@@ -24,6 +24,7 @@ FORMATS: dict[str, int] = {
     "bench": 1,  # bench/bench.py --json
     "mixer": 1,  # bench/mixer.py --json
     "precision": 1,  # bench/ssd_bwd_precision.py --json
+    "convergence": 1,  # bench/convergence.py's convergence.json
 }
 """The newest version of each kind this parity reads (and writes)."""
 
@@ -35,6 +36,7 @@ TITLES = {
     "bench": "kernel benchmark (bench/bench.py)",
     "mixer": "mixer benchmark (bench/mixer.py)",
     "precision": "SSD backward precision sweep (bench/ssd_bwd_precision.py)",
+    "convergence": "convergence parity (bench/convergence.py)",
 }
 
 
@@ -109,6 +111,8 @@ class Result:
             return all(r["passed"] for r in self.data["results"])
         if self.kind == "tune":
             return any(t.get("passed") for t in self.data["trials"])
+        if self.kind == "convergence":
+            return bool(self.data["passed"])
         return None
 
 
@@ -195,6 +199,51 @@ def _upgrade(kind: str, data: Any) -> Any:
     return data
 
 
+CONVERGENCE_CHECKS = (
+    ("loss_curve", "max_ratio"),
+    ("loss_curve", "worst_step"),
+    ("grad_norm_curve", "max_ratio"),
+    ("grad_norm_curve", "worst_step"),
+    ("final_loss", "value"),
+    ("final_loss", "ratio"),
+    ("params", "ratio"),
+)
+"""The numbers of a convergence candidate's verdict that the report shows."""
+
+
+def _numbers(values: Any) -> list[float]:
+    """``values`` as a list of floats; TypeError if it is not a list of numbers (JSON's Infinity and NaN are)."""
+    if not isinstance(values, list) or not all(type(v) in (int, float) for v in values):
+        raise TypeError(f"expected a list of numbers, got {json.dumps(values)[:60]}")
+    return [float(v) for v in values]
+
+
+def _touch_convergence(data: Any) -> None:
+    """Every field the report reads of a convergence.json: per task the runs' curves and step times, the band's
+    bounds, each candidate's checks (or its error) and the verdicts."""
+    (data["passed"], dict(data["meta"]))
+    for task in dict(data["tasks"]).values():
+        runs = dict(task["runs"])
+        if not runs:
+            raise ValueError("a task without runs")
+        for run in runs.values():
+            (_numbers(run["losses"]), _numbers(run["grad_norms"]), run["error"])
+            _numbers([run["step_ms_median"]] if run["step_ms_median"] is not None else [])
+        if task["band"] is not None:
+            (_numbers(task["band"]["bound"]["loss"]), _numbers(task["band"]["bound"]["grad_norm"]))
+        for verdict in dict(task["verdicts"]).values():
+            if "loss_curve" not in verdict:
+                (verdict["passed"], verdict["error"])
+                continue
+            verdict["passed"]
+            _numbers([verdict[check][key] for check, key in CONVERGENCE_CHECKS])
+        (
+            task["passed"],
+            task["note"],
+            _numbers([task["timing_skips_steps"], *dict(task["data"].get("levels") or {}).values()]),
+        )
+
+
 def _touch(kind: str, data: Any) -> None:
     """Read every field the report uses of a benchmark kind, so that a malformed file fails here, in one line."""
     if kind == "bench":
@@ -208,6 +257,8 @@ def _touch(kind: str, data: Any) -> None:
     elif kind == "gate-speed":
         for run in data["results"]:
             (run["op"], run["impl"], run["dtype"], run["passed"], run["cases"], list(run["determinism"]))
+    elif kind == "convergence":
+        _touch_convergence(data)
 
 
 def parse(data: Any, path: str) -> Result:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
+import importlib.util
 import io
 import json
 import subprocess
+import sys
 from collections import defaultdict
 from html.parser import HTMLParser
 from pathlib import Path
@@ -270,3 +272,133 @@ def test_the_pytest_plugin_writes_the_report_of_the_recorded_cases(pytester, tmp
     recorded = json.loads((out / "results.json").read_text())
     assert recorded["format"] == "parity-check" and recorded["cases"] == [case]
     assert "bmm_chunk" in (out / "summary.md").read_text()
+
+
+# --- convergence.json (bench/convergence.py) -----------------------------------------------------------------------
+
+CONVERGENCE_STEPS = 20
+
+
+def _convergence_bench():
+    """bench/convergence.py as a module (as tests/test_convergence.py loads it)."""
+    spec = importlib.util.spec_from_file_location("convergence", ROOT / "bench" / "convergence.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def convergence_json(tmp_path_factory) -> Path:
+    """A convergence.json written by bench/convergence.py itself (its judging, its payload, its JSON) with
+    training replaced by made-up curves: mamba, its bitwise rerun, the reference 1e-4 away, Helion within the
+    band, and a broken Helion far off that raises at step 15 (infinite deviations after it)."""
+    conv = _convergence_bench()
+    offsets = {conv.BASELINE: 0.0, conv.RERUN: 0.0, conv.REFERENCE: 1e-4, conv.CANDIDATE: 5e-5, "broken": 0.05}
+    step_ms = {conv.BASELINE: 40.0, conv.RERUN: 41.0, conv.REFERENCE: 90.0, conv.CANDIDATE: 36.0, "broken": 35.0}
+
+    def train(name, backend, cfg, tc, init, batches, dev):
+        steps = 15 if name == "broken" else tc.steps
+        run = conv.Run(name, error="step 15: RuntimeError: boom" if name == "broken" else None)
+        run.losses = [5.0 / (1 + t) + 1 + offsets[name] * (t + 1) for t in range(steps)]
+        run.grad_norms = [2.0 / (1 + t) + 0.1 + offsets[name] * t for t in range(steps)]
+        run.step_ms = [step_ms[name] + t % 3 for t in range(steps)]
+        run.params = {n: v.float() + 0.1 + offsets[name] for n, v in init.items()}
+        return run
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(conv, "train", train)
+        patch.setattr(conv, "helion_configs", lambda cfg, dev: {"ssd_combined": None, "layernorm_gated": None})
+        patch.setattr(conv, "redraw", lambda payload, out: None)  # the bench's own plots are not under test
+        preset = conv.PRESETS["cpu"]
+        tc = conv.TrainConfig(**{**preset["train"], "steps": CONVERGENCE_STEPS})
+        backends = dict.fromkeys([conv.BASELINE, conv.RERUN, conv.CANDIDATE, conv.REFERENCE, "broken"])
+        tasks = {
+            task: conv.run_task(
+                task, preset["model"], tc, backends, [conv.CANDIDATE, "broken"], conv.torch.device("cpu")
+            )
+            for task in ("text", "recall")
+        }
+        payload = conv.make_payload(
+            "python bench/convergence.py --device cpu",
+            preset["model"],
+            tc,
+            tasks,
+            conv.torch.device("cpu"),
+            list(tasks),
+        )
+        out = tmp_path_factory.mktemp("convergence")
+        conv.write_outputs(payload, out)
+    return out / "convergence.json"
+
+
+def test_the_convergence_json_carries_its_marker_and_reads_as_its_kind(convergence_json):
+    data = json.loads(convergence_json.read_text())
+    assert (data["format"], data["version"]) == ("parity-convergence", results.FORMATS["convergence"])
+    loaded = results.load(convergence_json)
+    assert (loaded.kind, loaded.passed, loaded.meta["device"]) == ("convergence", False, "cpu")
+    text = data["tasks"]["text"]
+    assert text["verdicts"]["helion"]["passed"] and not text["verdicts"]["broken"]["passed"]  # the made-up curves
+
+
+def test_the_convergence_report_shows_the_numbers_of_the_json(convergence_json, tmp_path):
+    proc = run("report", str(convergence_json), "--out", str(tmp_path / "r"))
+    assert proc.returncode == 1, proc.stderr  # the broken candidate fails
+    data = json.loads(convergence_json.read_text())
+    page = Page((tmp_path / "r" / "index.html").read_text())
+    assert [e["data-kind"] for e in page.having("data-kind")] == ["convergence"]
+    plots = {e["data-plot"]: e for e in page.having("data-plot")}
+    assert set(plots) == {"convergence:r0:text", "convergence:r0:recall"}
+    for element in plots.values():
+        assert base64.b64decode(element["src"].split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    shown = {e["data-convergence"]: e for e in page.having("data-convergence")}
+    expected = {}
+    for task, result in data["tasks"].items():
+        for name, verdict in result["verdicts"].items():
+            for check in ("loss_curve", "grad_norm_curve", "final_loss", "params"):
+                expected[f"{task}|{name}|{check}"] = verdict[check]["max_ratio" if check.endswith("curve") else "ratio"]
+    assert set(shown) == set(expected)
+    for key, ratio in expected.items():
+        assert float(shown[key]["data-ratio"]) == ratio
+        assert shown[key]["text"].startswith("inf" if ratio == float("inf") else format(ratio, ".3g"))
+    assert (
+        shown["text|broken|loss_curve"]["text"] == "inf (step 15)"
+        and "fail" in shown["text|broken|loss_curve"]["class"]
+    )
+    step_ms = {e["data-step-ms"]: float(e["data-ms"]) for e in page.having("data-step-ms")}
+    medians = {
+        f"{task}|{name}": r["step_ms_median"] for task, t in data["tasks"].items() for name, r in t["runs"].items()
+    }
+    assert step_ms == medians
+    summary = (tmp_path / "r" / "summary.md").read_text()
+    verdict = data["tasks"]["recall"]["verdicts"]["helion"]
+    loss = verdict["loss_curve"]
+    row = f"| recall | helion | {format(loss['max_ratio'], '.3g')} ({loss['worst_step']}) |"
+    assert (
+        row in summary
+        and "| text | broken | inf (15) |" in summary
+        and "**FAIL**: step 15: RuntimeError: boom |" in summary
+    )
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda d: d["tasks"]["text"]["runs"]["mamba"].pop("losses"), "missing field 'losses'"),
+        (lambda d: d["tasks"]["recall"]["runs"]["helion"].update(grad_norms="1, 2"), "expected a list of numbers"),
+        (lambda d: d["tasks"]["text"]["band"]["bound"].pop("grad_norm"), "missing field 'grad_norm'"),
+        (lambda d: d["tasks"]["text"]["verdicts"]["helion"]["params"].update(ratio=None), "expected a list of num"),
+        (lambda d: d.update(tasks=[1, 2]), "malformed parity-convergence result: TypeError"),
+        (lambda d: d.update(version=2), "newer format (parity-convergence version 2"),
+    ],
+)
+def test_a_malformed_convergence_file_is_one_line_exit_2_and_nothing_written(convergence_json, tmp_path, edit, needle):
+    data = json.loads(convergence_json.read_text())
+    edit(data)
+    bad = tmp_path / "convergence.json"
+    bad.write_text(json.dumps(data))
+    proc = run("report", str(convergence_json), str(bad), "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2 and not (tmp_path / "r").exists()
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and needle in lines[0], proc.stderr
