@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the offline H200: install the carried wheels, then run the GPU tests and/or the
 # benchmarks, writing logs and JSON under $OUT (default ./gpu-out). Usage:
-#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [e2e] [ssd]     (default: tests parity bench)
+#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [record] [convergence] [e2e] [ssd]
+#   (default: tests parity bench; each call is cut at 10 minutes: one or two steps per call)
 # e2e / ssd: tune (Helion's autotuner, resumable) + gate + promote the gated norm / the SSD kernels at the training shape.
 # mixer: the Nemotron mixer (SSD combined + gated RMSNorm) fwd/fwd+bwd/peak memory and the RMSNorm bwd, vs mamba-ssm
 set -uo pipefail
@@ -40,6 +41,15 @@ for step in $steps; do
     mixer)   # the whole mixer fwd/fwd+bwd and peak memory, and the gated RMSNorm bwd alone, helion vs mamba-ssm
       timeout "${MIXER_TIMEOUT:-300}" python3 bench/mixer.py --json "$OUT/mixer.json" ${MIXER_ARGS:-} 2>&1 \
         | tee "$OUT/mixer.log" || status=1 ;;
+    record)  # mamba-ssm's autotune choices at the training shapes for what reference/mamba_autotune.json lacks
+             # (the pinned examples and training problems of every op; copy $OUT/mamba_autotune.json back)
+      PARITY_RECORD_BASELINE=1 timeout "${RECORD_TIMEOUT:-400}" python3 -m parity check --device cuda --examples 0 \
+        --workers "${WORKERS:-15}" > "$OUT/record.log" 2>&1 || status=1
+      cp reference/mamba_autotune.json "$OUT/mamba_autotune.json"; tail -5 "$OUT/record.log" ;;
+    convergence)  # a small Mamba-2 LM trained with each backend (bench/convergence.py, issue 16)
+      timeout "${CONVERGENCE_TIMEOUT:-570}" python3 bench/convergence.py --device cuda --out "$OUT/convergence" \
+        ${CONVERGENCE_ARGS:-} > "$OUT/convergence.log" 2>&1 || status=1
+      tail -40 "$OUT/convergence.log" | cut -c1-300 ;;
     e2e|ssd) # tune the op's Helion kernels with Helion's autotuner (resumable: tuned/ travels with the tree and
              # comes back as tuned.tgz; run again until it prints "done"), then gate + promote the assembled config
       op=$([ "$step" = e2e ] && echo layernorm_gated || echo ssd_combined)
