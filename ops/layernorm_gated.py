@@ -1,6 +1,7 @@
 """layernorm_gated: mamba-ssm's gated RMSNorm / LayerNorm (``layernorm_fn``), forward and backward.
 
-- reference: ``reference/layernorm_gated.py:layernorm_fn``
+- reference: ``reference/layernorm_gated.py:layernorm_fn``; for long problems (field ``segment``: rows per block)
+  the row-blocked fp64 oracle ``reference/layernorm_segmented.py`` (:func:`oracle_for`; the problem: ``ops/long.py``)
 - baseline: ``reference/mamba_triton.py:layernorm_fn``
 - Helion kernel: ``kernels/layernorm_gated.py:layernorm_fn``
 - tolerances: ``[defaults.<dtype>]`` in tolerances.toml, overridden under ``[op.layernorm_gated]`` (none yet)
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from kernels import layernorm_gated as kernel
 from kernels.launch import any_shape
+from ops import long
 from ops.common import error_inputs, full, gen, log_uniform, randn
 from parity.errors import ParityError
 from parity.registry import register
@@ -32,6 +34,7 @@ from parity.spec import (
     number,
     size_one_key,
 )
+from reference.layernorm_segmented import row_blocked
 
 VALUES = ("x_range", "z_scale")
 """The value fields its inputs depend on."""
@@ -64,6 +67,8 @@ def magnitude(p: Problem) -> float:
 
 
 def problems(profile: str) -> Any:
+    """The generated problems of ``profile`` (the long profile generates none: its problem is pinned)."""
+    profile = "gpu" if profile == "long" else profile
     caps, values = CAPS[profile], VALUE_CHOICES[profile]
 
     @st.composite
@@ -95,6 +100,7 @@ FIELDS: dict[str, FieldCheck] = {
     "bias": flag,
     "x_range": increasing_pair(1e-6, 1e4),
     "z_scale": number(1e-6, 1e6),
+    "segment": integer(1),
 }
 MAX_GROUP_BYTES = 65536
 """mamba-ssm's gated norm (layernorm_gated.py) and the Helion port (kernels/layernorm_gated.py) hold one group
@@ -111,6 +117,15 @@ def check_problem(p: Problem, dtype: torch.dtype) -> None:
             f"{str(dtype).removeprefix('torch.')}: the kernels hold one group in a block of "
             f"{MAX_GROUP_BYTES} bytes"
         )
+
+
+def oracle_for(p: Problem) -> tuple[Impl, torch.dtype] | None:
+    """A problem with a ``segment`` field is judged by the row-blocked fp64 oracle, blocks of that many rows, on fp32
+    copies of the inputs (exact for every test dtype) from ``long.FP32_STORAGE`` elements of x on, fp64 below."""
+    if "segment" not in p:
+        return None
+    wide = torch.float32 if p["rows"] * p["ngroups"] * p["group_size"] >= long.FP32_STORAGE else torch.float64
+    return Impl("row-blocked-fp64", row_blocked(p["segment"])), wide
 
 
 def inputs(p: Problem, dtype: torch.dtype, seed: int, device: torch.device) -> dict[str, Any]:
@@ -239,5 +254,8 @@ SPEC = register(
         flops=lambda p: 0.0,
         tuning_configs=kernel.tuning_configs,
         any_shape=any_shape,
+        profile_examples={"long": (long.long_norm(),)},
+        max_examples={"long": 0},
+        oracle_for=oracle_for,
     )
 )

@@ -224,9 +224,14 @@ FEATURE_FIELDS = {
 """The problem fields of each optional feature."""
 
 
-def ssd_check(features: tuple[str, ...], values: tuple[str, ...]) -> Callable[[Problem, torch.dtype], None]:
-    """The problem check of an SSD op with these optional features and value fields."""
+def ssd_check(
+    features: tuple[str, ...], values: tuple[str, ...], segmented: bool = False
+) -> Callable[[Problem, torch.dtype], None]:
+    """The problem check of an SSD op with these optional features and value fields; ``segmented``: the op takes
+    the ``segment`` field (tokens per segment of its segmented fp64 oracle, a multiple of chunk_size; its presence
+    makes the problem a long one, judged by that oracle)."""
     optional = {k: SSD_FIELDS[k] for f in features for k in FEATURE_FIELDS[f]} | {k: SSD_FIELDS[k] for k in values}
+    optional |= {"segment": integer(1)} if segmented else {}
     required = {k: integer(1) for k in SIZES}
 
     def check(p: Problem, dtype: torch.dtype) -> None:
@@ -237,11 +242,16 @@ def ssd_check(features: tuple[str, ...], values: tuple[str, ...]) -> Callable[[P
             )
         if p.get("nseq", 0) > p["seqlen"]:
             raise ParityError(f"problem field 'nseq' ({p['nseq']}) must be at most 'seqlen' ({p['seqlen']})")
+        if p.get("segment", p["chunk_size"]) % p["chunk_size"]:
+            raise ParityError(
+                f"problem field 'segment' ({p['segment']}) must be a multiple of 'chunk_size' ({p['chunk_size']}): "
+                "oracle segments start on mamba-ssm's chunk boundaries"
+            )
 
     return check
 
 
-check_ssd_problem = ssd_check(SSD_FEATURES, SSD_VALUE_FIELDS)
+check_ssd_problem = ssd_check(SSD_FEATURES, SSD_VALUE_FIELDS, segmented=True)
 """The check of a problem of any SSD op (the input makers run it; each op's spec checks its own subset)."""
 
 
@@ -471,30 +481,36 @@ def spec(
     relayout_inputs: tuple[str, ...] = (),
     max_examples: dict[str, int] | None = None,
     tuning_configs: TuningSpace | None = None,
+    long_problems: tuple[Problem, ...] = (),
+    oracle_for: Callable[[Problem], tuple[Impl, torch.dtype] | None] | None = None,
 ) -> OpSpec:
     """The OpSpec of an SSD op that takes the optional ``features`` (of SSD_FEATURES) and the value fields
     ``values`` (of SSD_VALUE_FIELDS, in that order): its problems, schema, pinned examples and training problem
     follow from them; every SSD op shares the store bucket and the compile key, and is nondeterministic
-    (mamba-ssm's backward accumulates with atomics)."""
+    (mamba-ssm's backward accumulates with atomics). ``long_problems`` run under the ``long`` profile (which
+    generates none), judged by ``oracle_for`` (an op that has one takes the problem field ``segment``)."""
+    generated = ssd_problems(features, values)
     return OpSpec(
         name=name,
         reference=reference,
         baseline=baseline,
         candidates=candidates,
         make_inputs=make_inputs,
-        problems=ssd_problems(features, values),
-        check_problem=ssd_check(features, values),
+        problems=lambda profile: generated("gpu" if profile == "long" else profile),
+        check_problem=ssd_check(features, values, segmented=oracle_for is not None),
         outputs=outputs,
         grad_inputs=grad_inputs,
         examples=examples(features, values),
         training_problems=(for_op(NEMOTRON, features),),
+        profile_examples={"long": long_problems},
         nondeterministic=True,
         bucket=bucket,
         relayout_inputs=relayout_inputs,
         compile_key=compile_key,
         error_inputs=error_inputs,
-        max_examples=max_examples or {},
+        max_examples={"long": 0, **(max_examples or {})},
         flops=FLOPS[name],
         tuning_configs=tuning_configs,
         any_shape=any_shape,
+        **({} if oracle_for is None else {"oracle_for": oracle_for}),
     )

@@ -1,6 +1,7 @@
 """ssd_combined: mamba-ssm's ``mamba_chunk_scan_combined``: the whole chunked SSD, forward and backward.
 
-- reference: ``reference/ssd_combined.py:mamba_chunk_scan_combined``
+- reference: ``reference/ssd_combined.py:mamba_chunk_scan_combined``; for long problems (field ``segment``) the
+  segmented fp64 oracle ``reference/ssd_segmented.py`` (:func:`oracle_for`; the problems: ``ops/long.py``)
 - baseline: ``reference/mamba_triton.py:mamba_chunk_scan_combined``
 - Helion kernel: ``kernels/ssd_combined.py:mamba_chunk_scan_combined``
 - tolerances: ``[defaults.<dtype>]`` in tolerances.toml, overridden under ``[op.ssd_combined]`` (none yet)
@@ -13,11 +14,12 @@ from typing import Any
 import torch
 
 from kernels import ssd_combined as kernel
-from ops import ssd
+from ops import long, ssd
 from ops.common import error_inputs, full
 from ops.ssd import seq, ssd_raw_inputs
 from parity.registry import register
 from parity.spec import Impl, Problem, helion_candidates
+from reference.ssd_segmented import segmented
 
 FEATURES = ssd.SSD_FEATURES
 """The optional features of ops.ssd.SSD_FEATURES this op takes."""
@@ -29,6 +31,18 @@ def inputs(p: Problem, dtype: torch.dtype, seed: int, device: torch.device) -> d
     raw = ssd_raw_inputs(p, dtype, seed, device)
     raw["return_final_states"] = True
     return raw
+
+
+def oracle_for(p: Problem) -> tuple[Impl, torch.dtype] | None:
+    """A problem with a ``segment`` field is judged by the segmented fp64 oracle with segments of that many tokens,
+    on fp32 copies of the inputs (exact for every test dtype; outputs and gradients rounded once to fp32) from
+    ``long.FP32_STORAGE`` x elements on, where whole-tensor fp64 copies would take gigabytes each; on fp64 copies
+    below (the small problems that check this path on CPU)."""
+    if "segment" not in p:
+        return None
+    elements = p["batch"] * p["seqlen"] * p["nheads"] * p["headdim"]
+    wide = torch.float32 if elements >= long.FP32_STORAGE else torch.float64
+    return Impl("segmented-fp64", segmented(p["segment"])), wide
 
 
 VALID = {
@@ -88,5 +102,7 @@ SPEC = register(
         # three pinned ones keeps the suite within its 10 minutes.
         max_examples={"ci": 1},
         tuning_configs=kernel.tuning_configs,
+        long_problems=tuple(long.long_ssd().values()),
+        oracle_for=oracle_for,
     )
 )

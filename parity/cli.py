@@ -46,7 +46,9 @@ def _count(minimum: int) -> Any:
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (Triton interpreter) or cuda")
-    p.add_argument("--profile", choices=("ci", "gpu"), default=None, help="hypothesis profile (default by device)")
+    p.add_argument(
+        "--profile", choices=("ci", "gpu", "long"), default=None, help="hypothesis profile (default by device)"
+    )
     p.add_argument("--dtype", action="append", default=[], help="only these dtypes (repeatable)")
     p.add_argument("--json", dest="json_path", default=None, help="also write every result as JSON here")
     p.add_argument("--report", default=None, help="also write the HTML report and summary.md to this directory")

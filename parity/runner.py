@@ -127,12 +127,13 @@ def relayout(value: Any, layout: str) -> Any:
     return view
 
 
-def _upcast(value: Any) -> Any:
-    """The oracle's view of an argument: float tensors and float dtype arguments become float64."""
+def _upcast(value: Any, wide: torch.dtype = torch.float64) -> Any:
+    """The oracle's view of an argument: float tensors and float dtype arguments become ``wide`` (float64, or what
+    the op's ``oracle_for`` asks for)."""
     if isinstance(value, torch.Tensor) and value.is_floating_point():
-        return value.detach().to(torch.float64)
+        return value.detach().to(wide)
     if isinstance(value, torch.dtype) and value.is_floating_point:
-        return torch.float64
+        return wide
     return value
 
 
@@ -445,7 +446,8 @@ def _run_problem(
     )
     oracle, base_run = _SHARED.get(key, (None, None))
     if oracle is None:
-        oracle = execute(spec, spec.reference.load(), {k: _upcast(v) for k, v in inputs.items()}, upstream)
+        oracle_impl, wide = spec.oracle(problem)
+        oracle = execute(spec, oracle_impl.load(), {k: _upcast(v, wide) for k, v in inputs.items()}, upstream)
         if oracle.errors:
             raise RuntimeError(f"the oracle of {spec.name} failed on {dict(problem)}: {'; '.join(oracle.errors)}")
     if base_run is None and spec.baseline is not None and any(i.name != spec.baseline.name for i in impls):

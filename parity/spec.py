@@ -252,6 +252,8 @@ class OpSpec:
     problems: profile name -> hypothesis strategy of problems.
     examples: problems always checked first (pinned regressions).
     training_problems: the shapes the op meets in training, always part of a gate.
+    profile_examples: profile name -> problems pinned under that profile only (e.g. the ``long`` profile's problems
+        past 2^31 elements), run after the examples.
     nondeterministic: outputs may differ bitwise between identical runs (e.g. atomics).
     mutable_inputs: inputs an implementation is allowed to modify in place.
     relayout_inputs: inputs the op's API accepts non-contiguous or at a storage offset; the gate
@@ -270,6 +272,9 @@ class OpSpec:
     flops: problem -> the forward's matmul FLOPs (the benchmark's compute floor); None: not counted.
     tuning_configs: the candidate configs ``parity tune`` tries (:data:`TuningSpace`); None: the op has no
         tuning space.
+    oracle_for: problem -> None (the oracle is the reference run on float64 copies of the inputs), or another oracle
+        and the dtype the engine copies the floating-point inputs into for it: e.g. a segmented fp64 oracle for a
+        problem whose whole-tensor fp64 copies would not fit in device memory (see :meth:`oracle`).
     any_shape: a context in which the candidates run builds that serve any shape (e.g. compiled once with dynamic
         shapes); outside it they run as training runs them (e.g. specialized to the call's shapes). Every
         problem but the training problems runs inside it, so a gate over many shapes compiles little and the
@@ -287,6 +292,7 @@ class OpSpec:
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16, torch.float16)
     examples: tuple[Problem, ...] = ()
     training_problems: tuple[Problem, ...] = ()
+    profile_examples: Mapping[str, tuple[Problem, ...]] = field(default_factory=dict)
     nondeterministic: bool = False
     mutable_inputs: tuple[str, ...] = ()
     relayout_inputs: tuple[str, ...] = ()
@@ -300,6 +306,12 @@ class OpSpec:
     flops: Callable[[Problem], float] | None = None
     tuning_configs: TuningSpace | None = None
     any_shape: Callable[[], AbstractContextManager[Any]] = nullcontext
+    oracle_for: Callable[[Problem], tuple[Impl, torch.dtype] | None] = lambda problem: None
+
+    def oracle(self, problem: Problem) -> tuple[Impl, torch.dtype]:
+        """The oracle of ``problem`` and the dtype its floating-point inputs are copied into: the reference in
+        float64 unless :attr:`oracle_for` says otherwise."""
+        return self.oracle_for(problem) or (self.reference, torch.float64)
 
     def validate(self, problem: Any, dtypes: Sequence[torch.dtype] | None = None) -> None:
         """Raise ParityError, one line naming the op and the field, unless ``problem`` is a problem this op can

@@ -27,12 +27,13 @@ def _search(
 ) -> Callable[[], None]:
     """The hypothesis test calling ``check(problem, seed)``: on CUDA the op's training problems first (they are
     what the gate exists for, and the first run of a baseline fixes the configs it is pinned to, see
-    reference.mamba_triton), then the pinned examples, then ``count`` generated problems."""
+    reference.mamba_triton), then the pinned examples and the profile's own (``spec.profile_examples``), then
+    ``count`` generated problems."""
     phases = [Phase.explicit] + ([Phase.generate, Phase.shrink] if count > 0 else [])
     search = given(problem=spec.problems(profile.name), seed=st.integers(0, 2**20))(check)
     test = settings(profile.settings, max_examples=max(count, 1), phases=phases)(search)
     first = spec.training_problems if device == "cuda" else ()
-    for pinned in reversed((*first, *spec.examples)):
+    for pinned in reversed((*first, *spec.examples, *spec.profile_examples.get(profile.name, ()))):
         test = example(problem=dict(pinned), seed=0)(test)
     return test
 
