@@ -53,7 +53,9 @@ def test_each_long_problem_crosses_its_axis_and_fits(axis: str) -> None:
     assert crossed.get(axis), f"{axis}: no tensor crosses 2^31 along it: {crossed}"
     assert "head" not in crossed  # the docstring's claim: out of an H200's reach
     assert problem["segment"] % problem["chunk_size"] == 0
-    assert long.ssd_memory(problem)["peak"] <= long.H200_BYTES
+    peak = long.ssd_memory(problem)["peak"]
+    assert peak <= long.H200_BYTES
+    assert f"{problem['segment']}    {peak / 1e9:.1f}" in str(long.__doc__)  # the docstring's table is current
 
 
 def test_offset_arithmetic() -> None:
@@ -65,6 +67,7 @@ def test_offset_arithmetic() -> None:
     assert long.norm_crossings(norm) == {"row": ["x"]}
     layernorm_gated.SPEC.validate(norm, [torch.bfloat16])
     assert long.norm_memory(norm) <= long.H200_BYTES
+    assert f"{norm['segment']}    {long.norm_memory(norm) / 1e9:.1f}" in str(long.__doc__)
     impl, wide = layernorm_gated.SPEC.oracle(norm)
     assert impl.name == "row-blocked-fp64" and wide == torch.float32
 
