@@ -58,10 +58,11 @@ def ensure_configured() -> str:
     return _configured
 
 
-LARGE_SLOTS = 3
-"""How many processes on one host may run a large (training-shape) problem on the GPU at once: its fp64 oracle
-and every implementation's outputs and gradients take tens of GB, and a pytest-xdist or ``--workers`` run holds
-a dozen processes."""
+LARGE_SLOTS = int(os.environ.get("PARITY_LARGE_SLOTS", "3"))
+"""How many processes on one host may run a large (training-shape) problem on the GPU at once
+(``PARITY_LARGE_SLOTS``, default 3): its fp64 oracle and every implementation's outputs and gradients take tens
+of GB, and a pytest-xdist or ``--workers`` run holds a dozen processes. Every training-shape case of a run passes
+through these slots (its compile included), so too few make them the run's critical path."""
 
 
 @contextlib.contextmanager

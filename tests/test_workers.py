@@ -129,3 +129,14 @@ def test_large_problems_wait_for_a_free_slot(monkeypatch, tmp_path):
     waiting.join()
     with device.large_problem_slot(False):  # a small problem takes no slot
         pass
+
+
+def test_large_slots_follow_the_environment():
+    """``PARITY_LARGE_SLOTS`` sets how many training-shape problems share the GPU at once (a fresh process)."""
+    import subprocess
+    import sys
+
+    code = "from parity import device; print(device.LARGE_SLOTS)"
+    env = {**os.environ, "PARITY_LARGE_SLOTS": "5"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "5"
