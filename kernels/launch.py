@@ -20,12 +20,14 @@ from typing import Any
 import helion
 import torch
 
+from parity.lookup import STATIC_SHAPES
+
 ConfigLike = helion.Config | Mapping[str, Any] | None
 
 _COMPILED: dict[tuple[Hashable, ...], Callable[..., Any]] = {}
 
-STATIC = "static_shapes"
-"""A kernel config's key (parity's, not Helion's): true runs the kernel's static-shape build outside
+STATIC = STATIC_SHAPES
+"""A kernel config's key (:data:`parity.lookup.STATIC_SHAPES`): true runs the kernel's static-shape build outside
 :func:`any_shape`, except on arguments with a size-1 dimension, where Helion 1.5.0's static builds fail (e.g. the
 SSD's chunk_state at one chunk of one head: "'NoneType' object has no attribute 'type'" in the interpreter)."""
 

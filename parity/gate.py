@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from parity.errors import ParityError
+from parity.lookup import STATIC_SHAPES
 from parity.runner import CaseResult, execute, make_inputs, run_problem, same_bits, upstream_grads
 from parity.spec import Impl, OpSpec, dtype_name, parse_dtype
 from parity.strategies import Profile, plan
@@ -50,7 +51,7 @@ HELION_FIELDS: dict[str, tuple[bool, Callable[[Any], bool], str]] = {
     "range_num_stages": (True, _at_least(0), "an integer >= 0"),
     "num_warps": (False, _power_of_two, "a positive power of two"),
     "num_stages": (False, _at_least(1), "an integer >= 1"),
-    "static_shapes": (False, lambda value: type(value) is bool, "true or false"),
+    STATIC_SHAPES: (False, lambda value: type(value) is bool, "true or false"),
 }
 """Helion config fields checked before anything runs: name -> (is a list, test of a value, what it must be);
 the ranges Helion's own config spec enforces only when the config is compiled (if at all)."""

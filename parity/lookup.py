@@ -39,6 +39,11 @@ FIELDS = ("op", "target", "dtype", "bucket", "config", "kernel_hash", "versions"
 """The fields every store entry has (what :meth:`parity.store.Store.put` writes)."""
 
 
+STATIC_SHAPES = "static_shapes"
+"""A kernel config's key (parity's, not Helion's): true runs the kernel's static-shape build (``kernels.launch``);
+promoted configs carry it, so the launcher, the gate's config check and the tuner read it from here."""
+
+
 class StaleConfigError(ParityError):
     """A promoted entry no longer matches the kernel source or the library versions."""
 

@@ -500,7 +500,7 @@ class Tuner:
         started = time.monotonic()
         settings = launch.kernel.settings.copy(static_shapes=True)
         plain = helion.kernel(launch.kernel.fn, settings=settings).bind(launch.args)
-        fields = {k: v for k, v in dict(launch.config or {}).items() if k != STATIC}
+        fields = {k: v for k, v in dict(launch.config or {}).items() if k != lookup.STATIC_SHAPES}
         default = helion.Config(**fields) if fields else plain.config_spec.default_config()
         baseline = plain.compile_config(default)
         valid = []
@@ -630,14 +630,10 @@ class Tuner:
         return Outcome("done", list(records.values()), judged, config, path)
 
 
-STATIC = "static_shapes"
-"""The kernel-config key that makes the launcher run a kernel's static-shape build (``kernels.launch.STATIC``)."""
-
-
 def _as_tuned(config: Mapping[str, Any]) -> dict[str, Any]:
     """A tuned kernel config as the op runs it: on the static-shape build it was tuned on (the engine then judges
     that build at the training shape and the dynamic build on the other problems)."""
-    return {**config, STATIC: True}
+    return {**config, lookup.STATIC_SHAPES: True}
 
 
 def _device_alive(device: str, error: Exception) -> None:
