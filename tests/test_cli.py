@@ -4,6 +4,7 @@ nothing written (store, JSON); progress shows in a log file as well as on a term
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import subprocess
@@ -123,6 +124,10 @@ def nothing_runs(monkeypatch):
     def ran(*args, **kwargs):
         raise AssertionError("work started despite bad input")
 
+    # Imported before patching: a module first imported under the patch would keep the stand-in for good (parity.gate
+    # and parity.tune import run_problem by name), failing later tests in this process.
+    for module in ("parity.gate", "parity.tune", "parity.store", "parity.strategies"):
+        importlib.import_module(module)
     for target in (
         "parity.strategies.drive",
         "parity.runner.run_problem",
