@@ -21,8 +21,9 @@ for step in $steps; do
   case $step in
     tests)   # the whole suite on the GPU (gpu profile, compile groups over xdist workers, training shapes, the
              # GPU-only mutants); TESTS_ARGS='-m gpu' for the GPU-marked tests alone. pytest prints its duration.
-      # A call is cut at 10 minutes: the failure and slow-test lines ("parity: ...") are logged as they happen.
-      timeout "${TESTS_TIMEOUT:-570}" python3 -m pytest -n "${WORKERS:-15}" --dist loadgroup -p no:cacheprovider \
+      # A call is cut at 10 minutes: the failure and slow-test lines ("parity: ...") are logged as they happen, and
+      # the limit interrupts pytest (SIGINT) so that a cut run still writes its durations and junit XML.
+      timeout -s INT -k 25 "${TESTS_TIMEOUT:-545}" python3 -m pytest -n "${WORKERS:-15}" --dist loadgroup -p no:cacheprovider \
         --parity-device cuda -v -rfE --durations=40 --junitxml "$OUT/gpu-tests.xml" \
         ${TESTS_ARGS:-} > "$OUT/gpu-tests.log" 2>&1 || status=1
       grep -E "^parity: |passed|failed" "$OUT/gpu-tests.log" | tail -60 | cut -c1-400 ;;
