@@ -53,6 +53,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DIR",
         help="write the parity report (index.html, summary.md, results.json) of every parity case here",
     )
+    group.addoption(
+        "--parity-durations",
+        default=None,
+        metavar="XML",
+        help="a junit XML (.xml or .xml.gz) of an earlier CUDA session: its tests' durations order this one, "
+        "longest pytest-xdist group first (default: the ini option parity_cuda_durations)",
+    )
+    parser.addini(
+        "parity_cuda_durations",
+        "junit XML of an earlier CUDA session whose durations order a CUDA session's tests (longest group first)",
+        default="",
+    )
 
 
 def _device(config: pytest.Config) -> str:
@@ -83,6 +95,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
         config.pluginmanager.register(_Reporter(config, out), "parity-report")
     device = _device(config)
+    if device == "cuda" and _durations_source(config) and hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # xdist would re-sort the groups by size, undoing longest_first
     if device == "cpu" or _cuda_available():
         parity_device_mod.configure(device)
     if device == "cuda" and _cuda_available():
@@ -168,7 +182,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip GPU tests without a GPU, and in a CUDA session the tests that switch this process to the CPU
-    interpreter (a process is set up for one device; the CPU suite runs them)."""
+    interpreter (a process is set up for one device; the CPU suite runs them). A CUDA session runs its longest
+    groups first when it has an earlier session's durations (see :func:`longest_first`)."""
     on_cuda = _device(config) == "cuda"
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
     skip_cpu = pytest.mark.skip(reason="runs the CPU interpreter: part of the CPU suite, not of a CUDA session")
@@ -177,6 +192,55 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_gpu)
         if "cpu" in item.keywords and on_cuda:
             item.add_marker(skip_cpu)
+    source = _durations_source(config)
+    if on_cuda and source:
+        path = Path(source) if Path(source).is_absolute() else config.rootpath / source
+        if not path.is_file():
+            raise pytest.UsageError(f"parity: durations file {source} does not exist")
+        items[:] = longest_first(items, junit_durations(path))
+
+
+def _durations_source(config: pytest.Config) -> str:
+    """The junit XML whose durations order a CUDA session ('' for none)."""
+    return config.getoption("--parity-durations") or config.getini("parity_cuda_durations")
+
+
+def _test_key(nodeid: str) -> str:
+    """A test's id without the ``@group`` suffix that pytest-xdist's loadgroup adds."""
+    return nodeid.split("@", 1)[0]
+
+
+def junit_durations(path: Path) -> dict[str, float]:
+    """Seconds per test id (without ``@group``) in a junit XML file, gzipped or not."""
+    import gzip
+    import xml.etree.ElementTree as ET
+
+    with gzip.open(path) if path.suffix == ".gz" else path.open("rb") as stream:
+        tree = ET.parse(stream)
+    durations: dict[str, float] = {}
+    for case in tree.iter("testcase"):
+        module, name = case.get("classname", ""), case.get("name", "")
+        nodeid = f"{module.replace('.', '/')}.py::{name}"
+        durations[_test_key(nodeid)] = float(case.get("time") or 0.0)
+    return durations
+
+
+def longest_first(items: list[pytest.Item], durations: dict[str, float]) -> list[pytest.Item]:
+    """``items`` with their pytest-xdist groups (one test where unmarked) ordered by summed earlier duration, longest
+    first, keeping the order within a group: loadgroup hands groups out in collection order, so the long ones no
+    longer start last and hold up the end of the run. A test the durations lack counts as their mean."""
+    mean = sum(durations.values()) / len(durations) if durations else 0.0
+    cost: dict[str, float] = {}
+    first: dict[str, int] = {}
+    keys = []
+    for index, item in enumerate(items):
+        mark = item.get_closest_marker("xdist_group")
+        group = str(mark.args[0] if mark.args else mark.kwargs.get("name")) if mark is not None else item.nodeid
+        cost[group] = cost.get(group, 0.0) + durations.get(_test_key(item.nodeid), mean)
+        first.setdefault(group, index)
+        keys.append((group, index))
+    order = sorted(keys, key=lambda key: (-cost[key[0]], first[key[0]], key[1]))
+    return [items[index] for _, index in order]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -12,6 +12,8 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "wheel install failed"; exit 3; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+# Triton's compile cache in an ignored folder of the tree: a later call on a still-warm machine reuses it.
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu-cache/triton}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton, helion; print('torch', torch.__version__, 'triton', triton.__version__)" \
   | tee -a "$OUT/gpu.txt"
@@ -24,7 +26,7 @@ for step in $steps; do
       # A call is cut at 10 minutes: the failure and slow-test lines ("parity: ...") are logged as they happen, and
       # the limit interrupts pytest (SIGINT) so that a cut run still writes its durations and junit XML.
       timeout -s INT -k 25 "${TESTS_TIMEOUT:-545}" python3 -m pytest -n "${WORKERS:-15}" --dist loadgroup -p no:cacheprovider \
-        --parity-device cuda -v -rfE --durations=40 --junitxml "$OUT/gpu-tests.xml" \
+        --parity-device cuda -v -rfE --durations=40 --junitxml "$OUT/gpu-tests.xml" --report "$OUT/tests-report" \
         ${TESTS_ARGS:-} > "$OUT/gpu-tests.log" 2>&1 || status=1
       grep -E "^parity: |passed|failed" "$OUT/gpu-tests.log" | tail -60 | cut -c1-400 ;;
     parity)  # every registered op, implementation and dtype, compiled, gpu profile, compile groups over workers

@@ -43,3 +43,58 @@ def test_a_slow_test_is_logged_with_its_duration_when_it_ends(pytester) -> None:
     result.assert_outcomes(passed=2)
     slow = [line for line in result.errlines if line.startswith("parity: slow:")]
     assert len(slow) == 1 and "test_slow" in slow[0]
+
+
+class _Item:
+    """What longest_first reads of a pytest item: its node id and its xdist_group mark."""
+
+    def __init__(self, nodeid: str, group: str | None = None) -> None:
+        self.nodeid = nodeid
+        self.mark = pytest.mark.xdist_group(group).mark if group else None
+
+    def get_closest_marker(self, name: str):
+        return self.mark if name == "xdist_group" else None
+
+
+def test_longest_groups_go_first_and_stay_whole() -> None:
+    from parity.pytest_plugin import longest_first
+
+    items = [
+        _Item("t.py::a[g1-x]@g1", "g1"),
+        _Item("t.py::a[g2-x]@g2", "g2"),
+        _Item("t.py::lone"),
+        _Item("t.py::a[g1-y]@g1", "g1"),
+        _Item("t.py::new"),
+    ]
+    durations = {"t.py::a[g1-x]": 1.0, "t.py::a[g1-y]": 2.0, "t.py::a[g2-x]": 10.0, "t.py::lone": 4.0}
+    # g1 sums to 3 s; "new" is unknown and counts as the mean, 17 / 4 = 4.25 s
+    order = [item.nodeid for item in longest_first(items, durations)]  # type: ignore[arg-type]
+    assert order == ["t.py::a[g2-x]@g2", "t.py::new", "t.py::lone", "t.py::a[g1-x]@g1", "t.py::a[g1-y]@g1"]
+
+
+@pytest.mark.cpu
+def test_durations_are_read_from_a_junit_xml(pytester) -> None:
+    import gzip
+
+    from parity.pytest_plugin import junit_durations
+
+    pytester.makepyfile(
+        test_timed="""
+        import time
+
+        import pytest
+
+        @pytest.mark.parametrize("wait", [0.3, 0.0])
+        def test_wait(wait):
+            time.sleep(wait)
+        """
+    )
+    xml = pytester.path / "junit.xml"
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--junitxml={xml}")
+    result.assert_outcomes(passed=2)
+    zipped = pytester.path / "junit.xml.gz"
+    zipped.write_bytes(gzip.compress(xml.read_bytes()))
+    for path in (xml, zipped):
+        durations = junit_durations(path)
+        assert set(durations) == {"test_timed.py::test_wait[0.3]", "test_timed.py::test_wait[0.0]"}
+        assert durations["test_timed.py::test_wait[0.3]"] >= 0.3 > durations["test_timed.py::test_wait[0.0]"]
