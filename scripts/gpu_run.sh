@@ -26,7 +26,7 @@ for step in $steps; do
       # A call is cut at 10 minutes: the failure and slow-test lines ("parity: ...") are logged as they happen, and
       # the limit interrupts pytest (SIGINT) so that a cut run still writes its durations and junit XML.
       timeout -s INT -k 25 "${TESTS_TIMEOUT:-545}" python3 -m pytest -n "${WORKERS:-15}" --dist loadgroup -p no:cacheprovider \
-        --parity-device cuda -v -rfE --durations=40 --junitxml "$OUT/gpu-tests.xml" --report "$OUT/tests-report" \
+        --parity-device cuda -v -rfE --durations=40 --junitxml "$OUT/gpu-tests.xml" \
         ${TESTS_ARGS:-} > "$OUT/gpu-tests.log" 2>&1 || status=1
       grep -E "^parity: |passed|failed" "$OUT/gpu-tests.log" | tail -60 | cut -c1-400 ;;
     parity)  # every registered op, implementation and dtype, compiled, gpu profile, compile groups over workers
