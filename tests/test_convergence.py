@@ -49,12 +49,12 @@ def _without_d(scan: Any) -> Any:
     return broken
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def conv() -> ModuleType:
     return _bench()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per process: as a module fixture it took two 54-60 s setups in one CPU run
 def result(conv: ModuleType) -> dict[str, Any]:
     cm = conv.cm
     preset = conv.PRESETS["cpu"]
