@@ -7,13 +7,22 @@ shape. A kernel config may ask for the build specialized to the call's shapes in
 once per shape; faster at the SSD's training shape, ``bench/results/h200-run9``), what a promoted config can
 choose for training. Inside :func:`any_shape` (the gate's generated shapes) that request is ignored, so the gate
 compiles little, and it judges the static build where training runs it: at the training shapes, outside the
-context."""
+context.
+
+Index width. Helion 1.5.0's ``index_dtype`` is "auto" (None) by default: a bind picks int64 only when an argument's
+*numel* exceeds 2**31 - 1, and that bit is part of its bound-kernel cache key; a strided view whose numel fits but
+whose largest element offset does not (a slice of a larger buffer) gets, and reuses, the int32 build, and tensors the
+kernel allocates itself are not looked at. :func:`launch` therefore runs the kernel's ``index_dtype=torch.int64``
+twin (:func:`needs_int64`) whenever an argument, or a tensor the build's host code hands the device kernel (found by
+running that host code on meta tensors, :func:`_device_args_need_int64`), has a numel or largest element offset
+past 2**31 - 1; every other call keeps the default (int32) build."""
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Hashable, Iterator, Mapping
+import warnings
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,6 +34,9 @@ from parity.lookup import STATIC_SHAPES
 ConfigLike = helion.Config | Mapping[str, Any] | None
 
 _COMPILED: dict[tuple[Hashable, ...], Callable[..., Any]] = {}
+
+INT32_MAX = torch.iinfo(torch.int32).max
+"""The largest element count or element offset an int32-indexed build addresses."""
 
 STATIC = STATIC_SHAPES
 """A kernel config's key (:data:`parity.lookup.STATIC_SHAPES`): true runs the kernel's static-shape build outside
@@ -60,10 +72,70 @@ def _signature(value: Any) -> Hashable:
     return value
 
 
+def max_offset(shape: Sequence[int], stride: Sequence[int]) -> int:
+    """The largest element offset of a strided tensor from its first element, ``sum((size - 1) * |stride|)``; 0 for
+    an empty tensor (nothing is addressed)."""
+    if 0 in shape:
+        return 0
+    return sum((size - 1) * abs(step) for size, step in zip(shape, stride, strict=True))
+
+
+def needs_int64(value: Any) -> bool:
+    """Whether a kernel argument needs 64-bit offsets: a tensor whose numel or largest element offset exceeds
+    :data:`INT32_MAX`, or a list, tuple or dict holding one. Helion 1.5.0's "auto" index dtype looks at numel only."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() > INT32_MAX or max_offset(value.shape, value.stride()) > INT32_MAX
+    if isinstance(value, list | tuple):
+        return any(needs_int64(item) for item in value)
+    if isinstance(value, Mapping):
+        return any(needs_int64(item) for item in value.values())
+    return False
+
+
+def _meta(value: Any) -> Any:
+    """A tensor's meta twin (same dtype, shape and strides, no storage); containers mapped; anything else as is."""
+    if isinstance(value, torch.Tensor):
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+    if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
+        return type(value)(_meta(item) for item in value)
+    return value
+
+
+def _device_args_need_int64(compiled: Callable[..., Any], args: tuple[Any, ...]) -> bool:
+    """Whether the build's host code hands its device kernel a tensor that needs 64-bit offsets (outputs it
+    allocates included: a chunk matrix can be larger than every input): the host code runs on meta copies of the
+    arguments with a launcher that records the device kernel's arguments instead of launching it. If the host code
+    cannot run on meta tensors, True (the int64 build is correct on any input) with a warning."""
+    seen: list[bool] = []
+
+    def record(_kernel: Any, _grid: Any, *kernel_args: Any, **_options: Any) -> None:
+        seen.append(needs_int64(kernel_args))
+
+    try:
+        compiled(*map(_meta, args), _launcher=record)
+    except Exception as error:  # unknown: answered with the build that is always correct
+        warnings.warn(f"index-width probe failed ({error!r}); running the int64-indexed build", stacklevel=3)
+        return True
+    return any(seen)
+
+
 @functools.cache
-def _static_twin(kernel: helion.Kernel) -> helion.Kernel:
-    """The same kernel compiled per shape (``static_shapes=True``)."""
-    return helion.kernel(kernel.fn, settings=kernel.settings.copy(static_shapes=True))
+def _twin(kernel: helion.Kernel, *, static: bool, wide: bool) -> helion.Kernel:
+    """The same kernel compiled per shape (``static_shapes=True``) and/or with 64-bit offsets
+    (``index_dtype=torch.int64``); the kernel itself when neither is asked or it already has them."""
+    changes: dict[str, Any] = {}
+    if static and not kernel.settings.static_shapes:
+        changes["static_shapes"] = True
+    if wide and kernel.settings.index_dtype != torch.int64:
+        changes["index_dtype"] = torch.int64
+    return helion.kernel(kernel.fn, settings=kernel.settings.copy(**changes)) if changes else kernel
+
+
+def _compile(kernel: helion.Kernel, args: tuple[Any, ...], fields: Mapping[str, Any]) -> Callable[..., Any]:
+    """``kernel`` bound to ``args`` and compiled with the config ``fields`` (its default config when empty)."""
+    bound = kernel.bind(args)
+    cfg = as_config(fields) if fields else bound.config_spec.default_config()
+    return bound.compile_config(cfg)
 
 
 def launch(kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike, *, static: bool = False) -> Any:
@@ -73,21 +145,42 @@ def launch(kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike, *, 
 
     ``static``: the static twin always. For a kernel that tiles one tensor's extent and indexes another tensor
     with that tile, when that extent is 1: Helion 1.5.0's dynamic shapes drop the index of the size-1 dim while
-    the tile keeps its block size (wrong results, e.g. a 1-row norm)."""
+    the tile keeps its block size (wrong results, e.g. a 1-row norm).
+
+    Whatever the build, a call whose arguments or device-kernel tensors need 64-bit offsets (see the module
+    docstring) runs its ``index_dtype=torch.int64`` twin; the choice is made once per signature, like the build."""
     fields = {} if config is None else dict(config)
     wants_static = bool(fields.pop(STATIC, False)) and not _ANY_SHAPE[0] and not _has_size_one(args)
-    if (static or wants_static) and not kernel.settings.static_shapes:
-        kernel = _static_twin(kernel)
+    kernel = _twin(kernel, static=static or wants_static, wide=False)
     config_key = json.dumps(fields, sort_keys=True, default=str)
     pointers = [arg.data_ptr() for arg in args if isinstance(arg, torch.Tensor)]
     aliasing = tuple(pointers.index(p) for p in pointers)  # Helion also specializes on aliased inputs
     key = (kernel, config_key, aliasing, *map(_signature, args))
     compiled = _COMPILED.get(key)
     if compiled is None:
-        bound = kernel.bind(args)
-        cfg = as_config(fields) if fields else bound.config_spec.default_config()
-        compiled = _COMPILED[key] = bound.compile_config(cfg)
+        compiled = _COMPILED[key] = _choose(kernel, args, fields)[1]
     return compiled(*args)
+
+
+def _choose(
+    kernel: helion.Kernel, args: tuple[Any, ...], fields: Mapping[str, Any]
+) -> tuple[helion.Kernel, Callable[..., Any]]:
+    """The build to run on ``args`` (``kernel``, or its int64 twin where offsets need 64 bits) and its compiled
+    config."""
+    if not needs_int64(args):
+        compiled = _compile(kernel, args, fields)
+        if not _device_args_need_int64(compiled, args):
+            return kernel, compiled
+    wide = _twin(kernel, static=False, wide=True)
+    return wide, _compile(wide, args, fields)
+
+
+def build(kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike, *, static: bool = False) -> helion.Kernel:
+    """The kernel object (the kernel or one of its twins) :func:`launch` runs on these arguments with this config;
+    for tests and benchmarks that inspect or time one build."""
+    fields = {} if config is None else dict(config)
+    wants_static = bool(fields.pop(STATIC, False)) and not _ANY_SHAPE[0] and not _has_size_one(args)
+    return _choose(_twin(kernel, static=static or wants_static, wide=False), args, fields)[0]
 
 
 def _has_size_one(args: tuple[Any, ...]) -> bool:
