@@ -132,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--precompile", choices=("fork", "spawn"), default="fork", help="Helion's autotune_precompile")
     tune.add_argument("--precompile-jobs", type=_count(1), default=None, help="Helion's autotune_precompile_jobs")
     tune.add_argument("--autotune-seed", type=int, default=0, help="Helion's autotune_random_seed (default 0)")
+    tune.add_argument(
+        "--gpus",
+        type=_count(1),
+        default=None,
+        help="search the kernels on this many GPUs at once, one process each (default: every visible GPU)",
+    )
     _add_run_options(tune)
 
     rep = sub.add_parser("report", help="an HTML report with plots and a summary.md from result JSON files")
@@ -190,6 +196,7 @@ def _meta(args: argparse.Namespace) -> dict[str, Any]:
         "helion": installed("helion"),
         "python": platform.python_version(),
         "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
+        "gpus": torch.cuda.device_count() if args.device == "cuda" else None,  # --workers spread over them all
     }
 
 
@@ -542,6 +549,7 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> int:
         seeds=args.seeds,
         log=lambda text: _say(console, text),
         time_limit=args.time_limit,
+        gpus=_tune_gpus(args),
     )
     outcome = tuner.run(only=args.kernel, force=args.force, plan=args.plan)
     trials = [
@@ -562,6 +570,18 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> int:
         return EXIT_OK
     _say(console, f"{outcome.status}{': ' + outcome.note if outcome.note else ''}")
     return EXIT_INCOMPLETE if outcome.status == "incomplete" else EXIT_FAIL
+
+
+def _tune_gpus(args: argparse.Namespace) -> int:
+    """The GPUs ``parity tune`` spreads its kernel searches over: ``--gpus`` (at most the visible ones), else all."""
+    import torch
+
+    if args.device != "cuda":
+        return 1
+    visible = torch.cuda.device_count()
+    if args.gpus is not None and args.gpus > visible:
+        raise ParityError(f"--gpus {args.gpus}: only {visible} GPU(s) visible")
+    return args.gpus or visible
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:

@@ -102,6 +102,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if device == "cuda" and _cuda_available():
         from parity.workers import share_device
 
+        if hasattr(config, "workerinput"):  # an xdist worker: gwK runs on GPU K mod the visible GPUs
+            parity_device_mod.pin_worker(config.workerinput.get("workerid", os.environ.get("PYTEST_XDIST_WORKER")))
         share_device(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
 

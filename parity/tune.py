@@ -16,7 +16,10 @@ baseline's (the engine's rule for a lone implementation, with the op's tolerance
 
 Each kernel's result is written as soon as it is found (atomically, one file per kernel), keyed by the kernel's
 source hash, the library versions, the device, the problem, the dtype and the exact argument signature: a
-re-run skips what is current, so a run cut short (a time limit, a killed job) resumes where it stopped. Then
+re-run skips what is current, so a run cut short (a time limit, a killed job) resumes where it stopped. On a
+host with several GPUs (``gpus``), the kernels to search are dealt round robin to one spawned process per GPU,
+each capturing the launches again on its own GPU and writing its kernels' records (distinct files); this process
+then reads them back. Then
 the assembled op config is judged end to end by the engine (forward and backward, at the problem and at the
 op's pinned examples). If it fails, kernels are added to the default one at a time, the largest time saved
 first, and a kernel whose config fails is rejected: a wrong config never wins. Every judgement is stored too.
@@ -28,6 +31,7 @@ import dataclasses
 import hashlib
 import importlib
 import json
+import multiprocessing
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -373,6 +377,8 @@ class Tuner:
     time_limit: float | None = None
     launcher: str = LAUNCHER
     started: float = field(default_factory=time.monotonic)
+    gpus: int = 1
+    """GPUs to spread the kernel searches over, one spawned process per GPU (:func:`spread`); 1: all here."""
 
     @property
     def folder(self) -> Path:
@@ -481,6 +487,9 @@ class Tuner:
         if not trust["passed"]:
             return Outcome("untrusted", list(records.values()), [trust], note="the op fails with its default configs")
         tolerance = kernel_tolerance(self.tolerances, self.spec.name, self.dtype)
+        if self.gpus > 1 and len(todo) > 1:
+            self._spread(todo, records)
+            todo = []  # tuned there
         for number, launch in enumerate(todo, start=1):
             if self._out_of_time(self.settings.budget_seconds or 0, f"{launch.name} ({len(todo) - number + 1} left)"):
                 return Outcome("incomplete", list(records.values()), [trust])
@@ -491,6 +500,34 @@ class Tuner:
             self._say(f"not tuned yet: {', '.join(left)}; run again (without --kernel) to finish and judge the op")
             return Outcome("incomplete", list(records.values()), [trust])
         return self.assemble(records, trust)
+
+    def _spread(self, todo: Sequence[Launch], records: dict[str, dict[str, Any]]) -> None:
+        """Deal the kernels of ``todo`` round robin to the GPUs, tune them there at once (:func:`spread`), and
+        read back the record each wrote into ``records`` (one missing stays missing: a re-run resumes)."""
+        shares = [(gpu, [launch.name for launch in todo[gpu :: self.gpus]]) for gpu in range(self.gpus)]
+        shares = [(gpu, names) for gpu, names in shares if names]
+        for gpu, names in shares:
+            self._say(f"GPU {gpu} tunes {', '.join(names)}")
+        spread(self, shares)
+        for launch in todo:
+            record, why = self._record(launch)
+            if record is not None:
+                records[launch.name] = record
+            else:
+                self._say(f"{launch.name}: no record from its GPU's process ({why})")
+
+    def tune_share(self, names: Sequence[str]) -> None:
+        """Capture the launches here and tune the kernels ``names`` one after another, writing each record (a
+        process of :func:`spread`, on its own GPU; the trust of the default configs was judged by its parent)."""
+        inputs = make_inputs(self.spec, self.problem, self.dtype, 0, self.device)
+        seeds = self.names_and_seeds(inputs)
+        launches = capture(self.spec, self.base, self.problem, self.dtype, self.device, list(seeds), self.launcher)
+        tolerance = kernel_tolerance(self.tolerances, self.spec.name, self.dtype)
+        for number, name in enumerate(names, start=1):
+            if self._out_of_time(self.settings.budget_seconds or 0, f"{name} ({len(names) - number + 1} left)"):
+                return
+            self._say(f"tuning {name} ({number}/{len(names)})")
+            self.tune_kernel(launches[name], seeds[name], tolerance)
 
     def tune_kernel(self, launch: Launch, seeds: list[dict[str, Any]], tolerance: Tolerance) -> dict[str, Any]:
         """Search one kernel with Helion's autotuner and parity's check, verify and time the result, and write
@@ -628,6 +665,43 @@ class Tuner:
         path = self.folder / "config.json"
         atomic_write(path, json.dumps(config, indent=1) + "\n")
         return Outcome("done", list(records.values()), judged, config, path)
+
+
+_SHARED_FIELDS = ("spec", "log", "started", "gpus")
+"""Tuner fields a process of :func:`spread` does not take from its parent (the spec is found by name)."""
+
+
+def spawn(target: Callable[..., None], args: tuple[Any, ...]) -> Any:
+    """A started spawned process running ``target(*args)`` (CUDA is initialized here: never fork)."""
+    process = multiprocessing.get_context("spawn").Process(target=target, args=args)
+    process.start()
+    return process
+
+
+def spread(tuner: Tuner, shares: Sequence[tuple[int, Sequence[str]]]) -> None:
+    """Tune each (GPU, kernel names) share at once, in one process per GPU (:func:`tune_on_gpu`: every name of
+    its share, current or not), and wait for them all. Their records are written atomically, one file per
+    kernel, so they never collide."""
+    fields = {f.name: getattr(tuner, f.name) for f in dataclasses.fields(tuner) if f.name not in _SHARED_FIELDS}
+    if tuner.time_limit is not None:
+        fields["time_limit"] = max(1.0, tuner.time_limit - tuner._elapsed())
+    processes = [(gpu, spawn(tune_on_gpu, (gpu, tuner.spec.name, fields, list(names)))) for gpu, names in shares]
+    for gpu, process in processes:
+        process.join()
+        if process.exitcode:
+            tuner._say(f"the process on GPU {gpu} failed (exit code {process.exitcode}); re-run to resume")
+
+
+def tune_on_gpu(gpu: int, op: str, fields: dict[str, Any], names: list[str]) -> None:
+    """A process of :func:`spread`: pinned to ``gpu`` before any CUDA work, it tunes ``names`` of op ``op``."""
+    from parity import device as device_mod
+    from parity import registry
+
+    device_mod.configure(fields["device"])
+    if fields["device"] == "cuda":
+        torch.cuda.set_device(gpu)
+    tuner = Tuner(registry.get(op), **fields, log=lambda text: print(f"[GPU {gpu}] {text}", flush=True))
+    tuner.tune_share(names)
 
 
 def _as_tuned(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,8 @@ groups of calls that share their compiled kernels (:func:`run_groups`): a gate's
 and timings, or a check's problems (:func:`check_groups`).
 
 Each worker is a spawned process that loads the registry once and keeps its own compiled kernels and its own
-oracle/baseline cache. A group runs entirely in one worker, so what its calls compile is compiled once, and a
+oracle/baseline cache. On CUDA, worker K runs on GPU K mod (visible GPUs): ``--workers`` spreads over a host's
+GPUs. A group runs entirely in one worker, so what its calls compile is compiled once, and a
 case's oracle and baseline runs are still shared by the implementations judged on it. Workers find a spec by
 name in the registry (:func:`resolve`): only registered ops can be spread.
 """
@@ -32,22 +33,30 @@ from parity.tolerances import Tolerances
 _WORKER: dict[str, Any] = {}
 
 
-def _start(device: str, tolerances: Tolerances, workers: int = 1) -> None:
-    """Worker initializer: configure the device (before triton is imported), share the CPU cores among the
-    ``workers`` processes (each would otherwise start one intra-op thread per core), load the registry."""
+def _start(device: str, tolerances: Tolerances, workers: int = 1, index: int | None = None) -> None:
+    """Worker initializer: configure the device (before triton is imported), pin worker ``index`` to its GPU
+    (round robin over the visible GPUs, :func:`parity.device.pin_worker`) before any CUDA work, share the CPU
+    cores among the ``workers`` processes (each would otherwise start one intra-op thread per core), load the
+    registry."""
     from parity import device as device_mod
     from parity import registry
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(workers, 1)))
     device_mod.configure(device)
     if device == "cuda":
+        device_mod.pin_worker(index)
         share_device(workers)
     _WORKER.update(specs=registry.load(), tolerances=tolerances)
 
 
 def share_device(workers: int) -> None:
-    """This process is one of ``workers`` on the CUDA device: its oracle/baseline cache takes its share."""
-    runner.limit_shared_gpu_bytes(int(_CACHE_SHARE * torch.cuda.get_device_properties(0).total_memory / workers))
+    """This process is one of ``workers`` spread round robin over the visible CUDA devices: its oracle/baseline
+    cache takes its share of its own GPU's memory, shared with the workers on that GPU (all of them with one)."""
+    from parity import device as device_mod
+
+    gpu = device_mod.current_gpu()
+    beside = device_mod.workers_on_gpu(workers, torch.cuda.device_count(), gpu)
+    runner.limit_shared_gpu_bytes(int(_CACHE_SHARE * torch.cuda.get_device_properties(gpu).total_memory / beside))
 
 
 def resolve(spec: OpSpec | str) -> OpSpec:
@@ -62,7 +71,7 @@ Call = tuple[Callable[..., Any], tuple[Any, ...]]
 def _serve(index: int, inbox: Any, outbox: Any, device: str, tolerances: Tolerances, workers: int) -> None:
     """A worker's loop: run each group of calls it is sent, reporting every result, until None arrives."""
     try:
-        _start(device, tolerances, workers)
+        _start(device, tolerances, workers, index)
     except BaseException:
         outbox.put(("error", index, None, traceback.format_exc()))
         return
@@ -81,7 +90,7 @@ def _serve(index: int, inbox: Any, outbox: Any, device: str, tolerances: Toleran
 
 
 _CACHE_SHARE = 0.25
-"""Share of the device's memory that the workers' oracle/baseline caches may hold, all together."""
+"""Share of a GPU's memory that the oracle/baseline caches of the workers on it may hold, all together."""
 _KEEP_RESERVED = 4 << 30
 """A worker gives its cached device memory back after a group when it holds more than this."""
 _OOM_RETRIES = 6
