@@ -197,6 +197,8 @@ def _meta(args: argparse.Namespace) -> dict[str, Any]:
         "python": platform.python_version(),
         "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
         "gpus": torch.cuda.device_count() if args.device == "cuda" else None,  # --workers spread over them all
+        # what this process held at most (the whole run's with --workers 1; a long problem's footprint)
+        "peak_device_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_initialized() else None,
     }
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the offline H200: install the carried wheels, then run the GPU tests and/or the
 # benchmarks, writing logs and JSON under $OUT (default ./gpu-out). Usage:
-#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [record] [convergence] [e2e] [ssd]
+#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [record] [convergence] [e2e] [ssd] [long] [index]
 #   (default: tests parity bench; each call is cut at 10 minutes: one or two steps per call)
 # e2e / ssd: tune (Helion's autotuner, resumable) + gate + promote the gated norm / the SSD kernels at the training shape.
 # mixer: the Nemotron mixer (SSD combined + gated RMSNorm) fwd/fwd+bwd/peak memory and the RMSNorm bwd, vs mamba-ssm
@@ -63,6 +63,20 @@ for step in $steps; do
           --dtype bfloat16; } 2>&1 | tee "$OUT/tune-$op.log" || status=1
       tar czf "$OUT/tuned.tgz" tuned 2>/dev/null
       cp configs/*/"$op".json "$OUT/store-$op.json" 2>/dev/null ;;
+    long)    # issue 18: each long problem (offsets past 2^31, ops/long.py) in its own process (the engine keeps the
+             # last problem's oracle: two would not fit), bf16, judged by the segmented oracles; peak memory in meta
+      # LONG_PROBLEMS picks some of: sequence batch chunk norm (a call is cut at 10 minutes: two or three per call)
+      for name in ${LONG_PROBLEMS:-sequence batch chunk norm}; do
+        p=$([ "$name" = norm ] && echo 'long.long_norm()' || echo "long.long_ssd()[\"$name\"]")
+        P=$(python3 -c "import json; from ops import long; print(json.dumps($p))") || { status=2; continue; }
+        op=$([ "$name" = norm ] && echo layernorm_gated || echo ssd_combined)
+        timeout "${LONG_TIMEOUT:-290}" python3 -m parity check --device cuda --op "$op" --dtype bfloat16 --problem "$P" \
+          --json "$OUT/long-$name.json" > "$OUT/long-$name.log" 2>&1 || status=1
+        tail -3 "$OUT/long-$name.log" | cut -c1-300
+      done ;;
+    index)   # issue 18: the training step with the default (int32-indexed) builds vs every kernel's int64 twin
+      timeout "${INDEX_TIMEOUT:-300}" python3 bench/index_dtype.py --op ssd_combined --op layernorm_gated \
+        --json "$OUT/index-dtype.json" 2>&1 | tee "$OUT/index-dtype.log" || status=1 ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
 done
