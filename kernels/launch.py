@@ -149,9 +149,7 @@ def launch(kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike, *, 
 
     Whatever the build, a call whose arguments or device-kernel tensors need 64-bit offsets (see the module
     docstring) runs its ``index_dtype=torch.int64`` twin; the choice is made once per signature, like the build."""
-    fields = {} if config is None else dict(config)
-    wants_static = bool(fields.pop(STATIC, False)) and not _ANY_SHAPE[0] and not _has_size_one(args)
-    kernel = _twin(kernel, static=static or wants_static, wide=False)
+    kernel, fields = _shape_build(kernel, args, config, static)
     config_key = json.dumps(fields, sort_keys=True, default=str)
     pointers = [arg.data_ptr() for arg in args if isinstance(arg, torch.Tensor)]
     aliasing = tuple(pointers.index(p) for p in pointers)  # Helion also specializes on aliased inputs
@@ -178,9 +176,18 @@ def _choose(
 def build(kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike, *, static: bool = False) -> helion.Kernel:
     """The kernel object (the kernel or one of its twins) :func:`launch` runs on these arguments with this config;
     for tests and benchmarks that inspect or time one build."""
+    kernel, fields = _shape_build(kernel, args, config, static)
+    return _choose(kernel, args, fields)[0]
+
+
+def _shape_build(
+    kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike, static: bool
+) -> tuple[helion.Kernel, dict[str, Any]]:
+    """The kernel or its static-shape twin (``static``, or the config's :data:`STATIC` outside :func:`any_shape`
+    and off size-1 dims), and the config's fields without that key."""
     fields = {} if config is None else dict(config)
     wants_static = bool(fields.pop(STATIC, False)) and not _ANY_SHAPE[0] and not _has_size_one(args)
-    return _choose(_twin(kernel, static=static or wants_static, wide=False), args, fields)[0]
+    return _twin(kernel, static=static or wants_static, wide=False), fields
 
 
 def _has_size_one(args: tuple[Any, ...]) -> bool:
