@@ -53,16 +53,35 @@ for step in $steps; do
       timeout "${CONVERGENCE_TIMEOUT:-570}" python3 bench/convergence.py --device cuda --out "$OUT/convergence" \
         ${CONVERGENCE_ARGS:-} > "$OUT/convergence.log" 2>&1 || status=1
       tail -40 "$OUT/convergence.log" | cut -c1-300 ;;
-    e2e|ssd) # tune the op's Helion kernels with Helion's autotuner (resumable: tuned/ travels with the tree and
-             # comes back as tuned.tgz; run again until it prints "done"), then gate + promote the assembled config
+    e2e|ssd) # tune the op's Helion kernels with Helion's autotuner, then gate + promote the assembled config. Resumable:
+             # the carried tuned/ is copied to $OUT/tuned and the tuner writes there (each kernel's record lands at once,
+             # so a call cut by its limit keeps what it found); copy $OUT/tuned back to tuned/ and run again until "done".
+             # The tuner stops before a kernel it has no time for: CALL_LIMIT (s since the script started) less
+             # PROMOTE_RESERVE (the promote gate's time) bounds it; the promote runs only when that much is left.
       op=$([ "$step" = e2e ] && echo layernorm_gated || echo ssd_combined)
-      { timeout "${TUNE_TIMEOUT:-420}" python3 -m parity tune "$op" --device cuda --budget "${TUNE_BUDGET:-60}" \
-          --time-limit "${TUNE_LIMIT:-360}" \
-        && cfg=$(ls tuned/*/"$op"/*/config.json | head -1) \
-        && timeout "${GATE_TIMEOUT:-400}" python3 -m parity promote "$op" --device cuda --config "$cfg" \
-          --dtype bfloat16; } 2>&1 | tee "$OUT/tune-$op.log" || status=1
-      tar czf "$OUT/tuned.tgz" tuned 2>/dev/null
-      cp configs/*/"$op".json "$OUT/store-$op.json" 2>/dev/null ;;
+      mkdir -p "$OUT/tuned"; [ -d tuned ] && cp -r tuned/. "$OUT/tuned/"
+      reserve=${PROMOTE_RESERVE:-150}
+      limit=$(( ${CALL_LIMIT:-585} - SECONDS - reserve ))
+      limit=$(( limit < ${TUNE_LIMIT:-100000} ? limit : ${TUNE_LIMIT:-100000} ))
+      echo "tune $op: --time-limit $limit s (call at ${SECONDS} s)"
+      if [ "$limit" -lt 60 ]; then echo "tune $op: no time left in this call"; status=1; continue; fi
+      if timeout -k 10 "$(( limit + 60 ))" python3 -m parity tune "$op" --device cuda --budget "${TUNE_BUDGET:-60}" \
+          --time-limit "$limit" --out "$OUT/tuned" > "$OUT/tune-$op.log" 2>&1; then
+        cfg=$(ls "$OUT"/tuned/*/"$op"/*/config.json | head -1)
+        left=$(( ${CALL_LIMIT:-585} - SECONDS ))
+        if [ "$left" -ge "$reserve" ]; then
+          timeout -k 10 "$left" python3 -m parity promote "$op" --device cuda --config "$cfg" --dtype bfloat16 \
+            --workers "${WORKERS:-15}" --json "$OUT/promote-$op.json" > "$OUT/promote-$op.log" 2>&1 || status=1
+          tail -5 "$OUT/promote-$op.log" | cut -c1-300
+        else
+          echo "tune $op done, $left s left: promote in the next call"
+        fi
+      else
+        status=1
+      fi
+      grep -E "tuning |: .* ms -> |FAILED|judg|pass|FAIL|time limit|done|incomplete|untrusted|no-gain|Error" \
+        "$OUT/tune-$op.log" | tail -40 | cut -c1-300
+      [ -d configs ] && cp -r configs "$OUT/" ;;
     long)    # issue 18: each long problem (offsets past 2^31, ops/long.py) in its own process (the engine keeps the
              # last problem's oracle: two would not fit), bf16, judged by the segmented oracles; peak memory in meta
       # LONG_PROBLEMS picks some of: sequence batch chunk norm (a call is cut at 10 minutes: two or three per call)
