@@ -129,7 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="seconds: start no kernel search or judgement that would end past it (re-run to continue)",
     )
-    tune.add_argument("--precompile", choices=("fork", "spawn"), default="fork", help="Helion's autotune_precompile")
+    tune.add_argument(
+        "--precompile",
+        choices=("fork", "spawn", "none"),
+        default="fork",
+        help="Helion's autotune_precompile (none: compile each candidate in this process, one at a time)",
+    )
     tune.add_argument("--precompile-jobs", type=_count(1), default=None, help="Helion's autotune_precompile_jobs")
     tune.add_argument("--autotune-seed", type=int, default=0, help="Helion's autotune_random_seed (default 0)")
     tune.add_argument(
@@ -544,7 +549,7 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> int:
         settings=SearchSettings(
             effort=args.effort,
             budget_seconds=args.budget,
-            precompile=args.precompile,
+            precompile=None if args.precompile == "none" else args.precompile,
             precompile_jobs=args.precompile_jobs,
             random_seed=args.autotune_seed,
         ),

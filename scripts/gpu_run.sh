@@ -60,12 +60,14 @@ for step in $steps; do
              # PROMOTE_RESERVE (the promote gate's time) bounds it; the promote runs only when that much is left.
       op=$([ "$step" = e2e ] && echo layernorm_gated || echo ssd_combined)
       mkdir -p "$OUT/tuned"; [ -d tuned ] && cp -r tuned/. "$OUT/tuned/"
+      [ -f "$OUT/tuned.tgz" ] && tar xzf "$OUT/tuned.tgz" -C "$OUT"  # an earlier tune step of this call
       reserve=${PROMOTE_RESERVE:-150}
       limit=$(( ${CALL_LIMIT:-585} - SECONDS - reserve ))
       limit=$(( limit < ${TUNE_LIMIT:-100000} ? limit : ${TUNE_LIMIT:-100000} ))
       echo "tune $op: --time-limit $limit s (call at ${SECONDS} s)"
       if [ "$limit" -lt 60 ]; then echo "tune $op: no time left in this call"; status=1; continue; fi
       if timeout -k 10 "$(( limit + 60 ))" python3 -m parity tune "$op" --device cuda --budget "${TUNE_BUDGET:-60}" \
+          --precompile "${PRECOMPILE:-fork}" ${PRECOMPILE_JOBS:+--precompile-jobs "$PRECOMPILE_JOBS"} \
           --time-limit "$limit" --out "$OUT/tuned" > "$OUT/tune-$op.log" 2>&1; then
         cfg=$(ls "$OUT"/tuned/*/"$op"/*/config.json | head -1)
         left=$(( ${CALL_LIMIT:-585} - SECONDS ))
@@ -81,6 +83,7 @@ for step in $steps; do
       fi
       grep -E "tuning |: .* ms -> |FAILED|judg|pass|FAIL|time limit|done|incomplete|untrusted|no-gain|Error" \
         "$OUT/tune-$op.log" | tail -40 | cut -c1-300
+      tar czf "$OUT/tuned.tgz" -C "$OUT" tuned && rm -rf "$OUT/tuned"  # the results come back as one file
       [ -d configs ] && cp -r configs "$OUT/" ;;
     long)    # issue 18: each long problem (offsets past 2^31, ops/long.py) in its own process (the engine keeps the
              # last problem's oracle: two would not fit), bf16, judged by the segmented oracles; peak memory in meta
