@@ -119,7 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--force", action="store_true", help="re-tune kernels whose results are current")
     tune.add_argument("--plan", action="store_true", help="capture and print what would be tuned; tune nothing")
     tune.add_argument("--seeds", type=_count(0), default=8, help="configs of the op's hand grid to seed (default 8)")
-    tune.add_argument("--effort", choices=("quick", "full"), default="full", help="Helion's autotune_effort")
+    tune.add_argument(
+        "--effort",
+        choices=("quick", "full"),
+        default="quick",
+        help="Helion's autotune_effort (default quick: it starts from the default and seed configs; full starts "
+        "from random ones, most of which at these shapes do not compile within Helion's compile timeout)",
+    )
     tune.add_argument(
         "--budget", type=_count(1), default=120, help="seconds of Helion's search per kernel (default 120)"
     )

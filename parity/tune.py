@@ -99,7 +99,7 @@ def training_step(spec: OpSpec, impl: Impl, inputs: Mapping[str, Any]) -> Callab
 class SearchSettings:
     """The Helion autotuner settings of every kernel's search."""
 
-    effort: str = "full"
+    effort: str = "quick"
     budget_seconds: int | None = 120
     precompile: str | None = "fork"
     precompile_jobs: int | None = None

@@ -66,7 +66,7 @@ for step in $steps; do
       limit=$(( limit < ${TUNE_LIMIT:-100000} ? limit : ${TUNE_LIMIT:-100000} ))
       echo "tune $op: --time-limit $limit s (call at ${SECONDS} s)"
       if [ "$limit" -lt 60 ]; then echo "tune $op: no time left in this call"; status=1; continue; fi
-      if timeout -k 10 "$(( limit + 60 ))" python3 -m parity tune "$op" --device cuda --budget "${TUNE_BUDGET:-60}" \
+      if timeout -k 10 "$(( limit + 60 ))" python3 -m parity tune "$op" --device cuda --budget "${TUNE_BUDGET:-60}" --effort "${TUNE_EFFORT:-quick}" \
           --precompile "${PRECOMPILE:-fork}" ${PRECOMPILE_JOBS:+--precompile-jobs "$PRECOMPILE_JOBS"} \
           --time-limit "$limit" --out "$OUT/tuned" > "$OUT/tune-$op.log" 2>&1; then
         cfg=$(ls "$OUT"/tuned/*/"$op"/*/config.json | head -1)
