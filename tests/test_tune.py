@@ -23,7 +23,7 @@ from kernels.launch import launch
 from parity import cli, lookup, registry, tolerances
 from parity.runner import execute, make_inputs, upstream_grads
 from parity.spec import Impl, OpSpec
-from parity.tune import Tuner, accuracy_check, capture, kernel_tolerance, snapshot
+from parity.tune import Tuner, accuracy_check, broadcast_uniform, capture, kernel_tolerance, snapshot
 
 pytestmark = pytest.mark.cpu
 
@@ -239,6 +239,38 @@ def test_tunes_each_kernel_writes_as_it_goes_and_judges_the_op(tmp_path):
     written = json.loads(outcome.config_path.read_text())
     assert written == {"fwd": {**found["fwd"]["config"], **static}, "bwd": {**found["bwd"]["config"], **static}}
     assert [j["passed"] for j in outcome.judged] == [True, True] and outcome.judged[0]["config"] == {}
+
+
+class FullConfigSearch:
+    """A stand-in for Helion's autotuner that returns what Helion returns: the bound kernel's default config with
+    every field written out, per-operation lists as long as the tuned build's loads and stores."""
+
+    def __call__(self, kernel: Any, args: tuple[Any, ...]) -> dict[str, Any]:
+        return dict(kernel.bind(args).config_spec.default_config())
+
+
+def test_a_config_tuned_on_one_build_runs_on_builds_with_more_loads(tmp_path):
+    """H200 run 21: the gated norm's backward tuned at the training build (z, RMS, no bias) carried an
+    8-entry ``indexing`` list; the build with bias, norm_before_gate and LayerNorm has a 9th load/store and
+    Helion refused the list. Uniform per-operation fields are now one value, which Helion broadcasts."""
+    wide = {**NORM, "rows": 5, "ngroups": 3, "group_size": 24, "norm_before_gate": True, "is_rms_norm": False}
+    spec = dataclasses.replace(NORM_SPEC, examples=({**wide, "bias": True},))
+    t = tuner(tmp_path, FullConfigSearch(), spec=spec)
+    outcome = t.run()
+    assert outcome.status == "done", logged(t)
+    tuned = records(t)["bwd"]["config"]
+    assert isinstance(tuned["indexing"], list) and len(set(tuned["indexing"])) == 1
+    assert json.loads(outcome.config_path.read_text())["bwd"]["indexing"] == tuned["indexing"][0]
+
+
+def test_broadcast_uniform_writes_only_uniform_per_operation_lists_as_one_value():
+    config = {
+        "indexing": ["pointer", "pointer"],
+        "load_eviction_policies": ["last", ""],
+        "atomic_indexing": [],
+        "block_sizes": [32, 32],
+    }
+    assert broadcast_uniform(config) == {**config, "indexing": "pointer"}
 
 
 def test_a_rerun_skips_what_is_current_and_a_changed_source_re_tunes(tmp_path, monkeypatch):
