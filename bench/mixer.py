@@ -56,8 +56,14 @@ B/C group (group_size = nheads * headdim / ngroups)."""
 
 EPS = 1e-5
 GRAD_NAMES = ("x", "dt", "A", "B", "C", "D", "dt_bias", "z", "weight")
-TARGETS = {"norm_bwd_speedup_min": 2.5, "mixer_fwd_bwd_speedup_min": 1.3, "mixer_peak_mem_ratio_max": 1.0}
-"""From the issue: RMSNorm bwd >= 2.5x mamba, mixer fwd+bwd >= 1.3x mamba, Helion mixer peak memory <= mamba's."""
+TARGETS = {
+    "norm_bwd_speedup_min": 2.5,
+    "mixer_fwd_speedup_min": 1.1,
+    "mixer_fwd_bwd_speedup_min": 1.5,
+    "mixer_peak_mem_ratio_max": 1.0,
+}
+"""The tuning issue's targets: RMSNorm bwd >= 2.5x mamba-ssm, mixer forward >= 1.1x and forward+backward >= 1.5x,
+Helion mixer peak memory <= mamba-ssm's."""
 
 Backend = tuple[Callable[..., Any], Callable[..., Any]]
 
@@ -384,9 +390,9 @@ def print_report(mixer: dict[str, Any], norm: dict[str, Any], targets: dict[str,
         print(line + (f"  error: {r['error'][:100]}" if "error" in r else ""))
     t = targets
     print(
-        f"  speedup helion/mamba: fwd {_times(mixer['speedup_fwd'])}, fwd+bwd "
-        f"{_times(mixer['speedup_fwd_bwd'])}  (target >= {t['mixer_fwd_bwd_speedup']['target']}x: "
-        f"{t['mixer_fwd_bwd_speedup']['verdict']})"
+        f"  speedup helion/mamba: fwd {_times(mixer['speedup_fwd'])} (target >= {t['mixer_fwd_speedup']['target']}x: "
+        f"{t['mixer_fwd_speedup']['verdict']}), fwd+bwd {_times(mixer['speedup_fwd_bwd'])} (target >= "
+        f"{t['mixer_fwd_bwd_speedup']['target']}x: {t['mixer_fwd_bwd_speedup']['verdict']})"
     )
     print(
         f"  peak memory helion/mamba: {_fmt(mixer['peak_mem_ratio'], '.3f')}  "
@@ -456,6 +462,7 @@ def main() -> int:
         name: {"value": value, "target": TARGETS[limit], "verdict": _verdict(value, TARGETS[limit], at_least, dev)}
         for name, value, limit, at_least in (
             ("norm_bwd_speedup", norm["speedup_bwd"], "norm_bwd_speedup_min", True),
+            ("mixer_fwd_speedup", mixer["speedup_fwd"], "mixer_fwd_speedup_min", True),
             ("mixer_fwd_bwd_speedup", mixer["speedup_fwd_bwd"], "mixer_fwd_bwd_speedup_min", True),
             ("mixer_peak_mem_ratio", mixer["peak_mem_ratio"], "mixer_peak_mem_ratio_max", False),
         )
