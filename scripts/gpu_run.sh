@@ -58,31 +58,36 @@ for step in $steps; do
              # so a call cut by its limit keeps what it found); copy $OUT/tuned back to tuned/ and run again until "done".
              # The tuner stops before a kernel it has no time for: CALL_LIMIT (s since the script started) less
              # PROMOTE_RESERVE (the promote gate's time) bounds it; the promote runs only when that much is left.
+      # TUNE_SHAPE (JSON): tune at that problem instead of the training shape and promote for its shape bucket.
       op=$([ "$step" = e2e ] && echo layernorm_gated || echo ssd_combined)
+      log="$OUT/tune-$op${TUNE_SHAPE:+-$(echo "$TUNE_SHAPE" | md5sum | cut -c1-8)}.log"
       mkdir -p "$OUT/tuned"; [ -d tuned ] && cp -r tuned/. "$OUT/tuned/"
       [ -f "$OUT/tuned.tgz" ] && tar xzf "$OUT/tuned.tgz" -C "$OUT"  # an earlier tune step of this call
       reserve=${PROMOTE_RESERVE:-150}
       limit=$(( ${CALL_LIMIT:-585} - SECONDS - reserve ))
       limit=$(( limit < ${TUNE_LIMIT:-100000} ? limit : ${TUNE_LIMIT:-100000} ))
-      echo "tune $op: --time-limit $limit s (call at ${SECONDS} s)"
-      if [ "$limit" -lt 60 ]; then echo "tune $op: no time left in this call"; status=1; continue; fi
-      if timeout -k 10 "$(( limit + 60 ))" python3 -m parity tune "$op" --device cuda --budget "${TUNE_BUDGET:-60}" --effort "${TUNE_EFFORT:-quick}" \
-          --precompile "${PRECOMPILE:-fork}" ${PRECOMPILE_JOBS:+--precompile-jobs "$PRECOMPILE_JOBS"} \
-          --time-limit "$limit" --out "$OUT/tuned" > "$OUT/tune-$op.log" 2>&1; then
-        cfg=$(ls "$OUT"/tuned/*/"$op"/*/config.json | head -1)
+      echo "tune $op${TUNE_SHAPE:+ at $TUNE_SHAPE}: --time-limit $limit s (call at ${SECONDS} s)"
+      if [ "$limit" -lt 60 ]; then
+        echo "tune $op: no time left in this call"; status=1
+      elif timeout -k 10 "$(( limit + 60 ))" python3 -m parity tune "$op" --device cuda --budget "${TUNE_BUDGET:-60}" \
+          --effort "${TUNE_EFFORT:-quick}" --precompile "${PRECOMPILE:-fork}" \
+          ${PRECOMPILE_JOBS:+--precompile-jobs "$PRECOMPILE_JOBS"} ${TUNE_SHAPE:+--shape "$TUNE_SHAPE"} \
+          --time-limit "$limit" --out "$OUT/tuned" > "$log" 2>&1; then
+        cfg=$(sed -n 's/.*done: the assembled config passed end to end: //p' "$log" | tail -1)
         left=$(( ${CALL_LIMIT:-585} - SECONDS ))
         if [ "$left" -ge "$reserve" ]; then
           timeout -k 10 "$left" python3 -m parity promote "$op" --device cuda --config "$cfg" --dtype bfloat16 \
-            --workers "${WORKERS:-15}" --json "$OUT/promote-$op.json" > "$OUT/promote-$op.log" 2>&1 || status=1
-          tail -5 "$OUT/promote-$op.log" | cut -c1-300
+            ${TUNE_SHAPE:+--bucket-shape "$TUNE_SHAPE"} --workers "${WORKERS:-15}" \
+            --json "${log%.log}-promote.json" > "${log%.log}-promote.log" 2>&1 || status=1
+          tail -5 "${log%.log}-promote.log" | cut -c1-300
         else
           echo "tune $op done, $left s left: promote in the next call"
         fi
       else
         status=1
       fi
-      grep -E "tuning |: .* ms -> |FAILED|judg|pass|FAIL|time limit|done|incomplete|untrusted|no-gain|Error" \
-        "$OUT/tune-$op.log" | tail -40 | cut -c1-300
+      [ -f "$log" ] && grep -E "tuning |: .* ms -> |FAILED|judg|pass|FAIL|time limit|done|incomplete|untrusted|no-gain|Error" \
+        "$log" | tail -40 | cut -c1-300
       tar czf "$OUT/tuned.tgz" -C "$OUT" tuned && rm -rf "$OUT/tuned"  # the results come back as one file
       [ -d configs ] && cp -r configs "$OUT/" ;;
     long)    # issue 18: each long problem (offsets past 2^31, ops/long.py) in its own process (the engine keeps the
