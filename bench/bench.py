@@ -6,11 +6,17 @@ floor of each kernel (bytes moved over measured copy bandwidth, matmul FLOPs ove
 matmul rate) with the fraction of it reached. Prints a table; writes JSON.
 
     python bench/bench.py --json bench/results/h200-bench.json [--op chunk_scan] [--shape nemotron]
+
+The Helion SSD forward kernels that are ops of their own (chunk_cumsum, chunk_state, state_passing, bmm_chunk,
+chunk_scan) run with their default configs as ``helion``, and, where an SSD config names them, as
+``helion-tuned`` with that kernel's config: the config promoted for ``ssd_combined`` at the shape's bucket on
+this GPU, or the file given with ``--ssd-config`` (e.g. the tuner's config.json) at every shape.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import sys
@@ -22,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from parity import device, registry
+from parity import device, lookup, registry
 from parity.report import atomic_write
 from parity.results import stamped
 from parity.spec import Impl, OpSpec
@@ -129,12 +135,45 @@ def time_impl(spec: OpSpec, fn: Callable[..., Any], inputs: dict[str, Any]) -> d
     return result
 
 
-def bench_op(spec: OpSpec, shape_name: str, problem: dict[str, Any], ceil: dict[str, float]) -> dict[str, Any]:
-    """Every implementation of one op at one shape (bf16 inputs)."""
+SSD_KERNEL_OPS = ("chunk_cumsum", "chunk_state", "state_passing", "bmm_chunk", "chunk_scan")
+"""Ops whose Helion kernel is the kernel of the same name in the ssd_combined config."""
+
+
+def ssd_config(problem: dict[str, Any], path: str | None) -> dict[str, Any] | None:
+    """The ssd_combined config to take kernel configs from: the file ``path``, else the one promoted for the
+    problem's bucket on this GPU (None without an entry)."""
+    if path:
+        config = json.loads(Path(path).read_text())
+        if not isinstance(config, dict):
+            raise SystemExit(f"bench: --ssd-config {path} must be a JSON object")
+        return config
+    from kernels import ssd_combined
+
+    bucket = ssd_combined.store_bucket(
+        problem["headdim"], problem["dstate"], problem["chunk_size"], problem["nheads"] // problem["ngroups"]
+    )
+    target = "kernels.ssd_combined:mamba_chunk_scan_combined"
+    return lookup.promoted_config("ssd_combined", target, "bfloat16", bucket, "cuda")
+
+
+def tuned_impls(spec: OpSpec, config: dict[str, Any] | None) -> list[Impl]:
+    """``helion-tuned``: the op's Helion implementation with its kernel's config from ``config``, if it has one."""
+    helion = spec.impls().get("helion")
+    if spec.name not in SSD_KERNEL_OPS or helion is None or not config or spec.name not in config:
+        return []
+    return [dataclasses.replace(helion, name="helion-tuned", config=dict(config[spec.name]))]
+
+
+def bench_op(
+    spec: OpSpec, shape_name: str, problem: dict[str, Any], ceil: dict[str, float], ssd_config_path: str | None = None
+) -> dict[str, Any]:
+    """Every implementation of one op at one shape (bf16 inputs), and the tuned SSD kernel (:func:`tuned_impls`)."""
     inputs = spec.make_inputs(problem, torch.bfloat16, 0, torch.device("cuda"))
     flops = spec.flops(problem) if spec.flops else 0.0
     row: dict[str, Any] = {"op": spec.name, "shape": shape_name, "problem": problem, "flops": flops, "impls": {}}
     impls: list[Impl] = [i for i in spec.impls().values() if "-cfg" not in i.name]
+    if spec.name in SSD_KERNEL_OPS:
+        impls += tuned_impls(spec, ssd_config(problem, ssd_config_path))
     for impl in impls:
         try:
             timing = time_impl(spec, impl.load(), inputs)
@@ -157,6 +196,9 @@ def main() -> int:
     parser.add_argument("--op", action="append", default=[])
     parser.add_argument("--shape", action="append", default=[])
     parser.add_argument("--json", dest="json_path", default=None)
+    parser.add_argument(
+        "--ssd-config", default=None, help="ssd_combined config whose kernel configs the SSD kernel ops also run with"
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench: needs a CUDA GPU", file=sys.stderr)
@@ -172,18 +214,18 @@ def main() -> int:
         spec = specs[name]
         shapes = NORM_SHAPES if name == "layernorm_gated" else SSD_SHAPES
         for shape_name in args.shape or list(shapes):
-            rows.append(bench_op(spec, shape_name, shapes[shape_name], ceil))
+            rows.append(bench_op(spec, shape_name, shapes[shape_name], ceil, args.ssd_config))
             torch.cuda.empty_cache()
     header = ("op", "shape", "impl", "fwd ms", "fwd+bwd", "vs triton", "floor ms", "of floor")
-    print(f"{header[0]:16} {header[1]:11} {header[2]:8} " + " ".join(f"{h:>9}" for h in header[3:]))
+    print(f"{header[0]:16} {header[1]:11} {header[2]:12} " + " ".join(f"{h:>9}" for h in header[3:]))
     for row in rows:
         for impl, t in row["impls"].items():
             if "error" in t:
-                print(f"{row['op']:16} {row['shape']:11} {impl:8} error: {t['error'][:80]}")
+                print(f"{row['op']:16} {row['shape']:11} {impl:12} error: {t['error'][:80]}")
                 continue
             fb = f"{t['fwd_bwd_ms']:8.3f}" if "fwd_bwd_ms" in t else f"{'-':>8}"
             print(
-                f"{row['op']:16} {row['shape']:11} {impl:8} {t['fwd_ms']:8.3f} {fb} "
+                f"{row['op']:16} {row['shape']:11} {impl:12} {t['fwd_ms']:8.3f} {fb} "
                 f"{t.get('speedup_vs_triton', float('nan')):9.2f} {t['floor_ms']:8.3f} {t['fraction_of_floor']:8.2f}"
             )
     meta = {
