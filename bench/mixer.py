@@ -150,9 +150,10 @@ def mixer_inputs(shape: dict[str, Any], dtype: torch.dtype, dev: torch.device) -
     }
 
 
-def bench_mixer_backend(backend: Backend, inputs: dict[str, Any], dev: torch.device) -> dict[str, Any]:
-    """fwd_ms, fwd_bwd_ms and peak memory of one backend, plus its output and gradients (on the CPU, under
-    the "_values" key) for the comparison; {"error": ...} (with fwd_ms if the forward ran) if it raises."""
+def mixer_step(
+    backend: Backend, inputs: dict[str, Any]
+) -> tuple[Callable[[], torch.Tensor], Callable[[], tuple[torch.Tensor, ...]]]:
+    """(forward, forward+backward) of the mixer with one backend on ``inputs`` (:func:`mixer_inputs`)."""
     ssd_fn, norm_fn = backend
     t, cs, gs, dout = inputs["leaves"], inputs["chunk_size"], inputs["group_size"], inputs["dout"]
     b, L, h, p = t["x"].shape
@@ -169,6 +170,28 @@ def bench_mixer_backend(backend: Backend, inputs: dict[str, Any], dev: torch.dev
     def fwd_bwd() -> tuple[torch.Tensor, ...]:
         return torch.autograd.grad(forward(), wrt, dout)
 
+    return forward, fwd_bwd
+
+
+def mixer_backends(configs: dict[str, Any]) -> dict[str, Backend]:
+    """mamba-ssm's (ssd, norm) functions and Helion's drop-ins with ``configs`` ("ssd", "norm"; None: promoted)."""
+    from kernels import layernorm_gated as helion_norm
+    from kernels import ssd_combined as helion_ssd
+    from reference import mamba_triton
+
+    return {
+        "mamba": (mamba_triton.mamba_chunk_scan_combined, mamba_triton.rmsnorm_fn),
+        "helion": (
+            functools.partial(helion_ssd.mamba_chunk_scan_combined, config=configs["ssd"]),
+            functools.partial(helion_norm.rmsnorm_fn, config=configs["norm"]),
+        ),
+    }
+
+
+def bench_mixer_backend(backend: Backend, inputs: dict[str, Any], dev: torch.device) -> dict[str, Any]:
+    """fwd_ms, fwd_bwd_ms and peak memory of one backend, plus its output and gradients (on the CPU, under
+    the "_values" key) for the comparison; {"error": ...} (with fwd_ms if the forward ran) if it raises."""
+    forward, fwd_bwd = mixer_step(backend, inputs)
     result: dict[str, Any] = {}
     try:
         out = forward()  # compiles the forward kernels
@@ -194,18 +217,8 @@ def bench_mixer(
 ) -> dict[str, Any]:
     """Both backends (mamba first, so the baseline is measured even if a Helion kernel breaks the device),
     speedups helion vs mamba, peak-memory ratio and output/gradient differences."""
-    from kernels import layernorm_gated as helion_norm
-    from kernels import ssd_combined as helion_ssd
-    from reference import mamba_triton
-
     inputs = mixer_inputs(shape, dtype, dev)
-    backends: dict[str, Backend] = {
-        "mamba": (mamba_triton.mamba_chunk_scan_combined, mamba_triton.rmsnorm_fn),
-        "helion": (
-            functools.partial(helion_ssd.mamba_chunk_scan_combined, config=configs["ssd"]),
-            functools.partial(helion_norm.rmsnorm_fn, config=configs["norm"]),
-        ),
-    }
+    backends = mixer_backends(configs)
     results: dict[str, dict[str, Any]] = {}
     for name, backend in backends.items():
         if dev.type == "cuda":
@@ -326,7 +339,7 @@ def bench_norm_bwd(
 # Report
 
 
-def _load_config(path: str | None) -> dict[str, Any] | None:
+def load_config(path: str | None) -> dict[str, Any] | None:
     """A config from a JSON file (None: let the drop-in use the promoted config)."""
     if path is None:
         return None
@@ -441,7 +454,7 @@ def main() -> int:
         help="JSON file with the Helion gated-norm config (default: the promoted one, else fallbacks)",
     )
     args = parser.parse_args()
-    configs = {"ssd": _load_config(args.ssd_config), "norm": _load_config(args.norm_config)}
+    configs = {"ssd": load_config(args.ssd_config), "norm": load_config(args.norm_config)}
     if args.device == "cuda" and not torch.cuda.is_available():
         print("mixer: needs a CUDA GPU (or --device cpu --shape tiny for a smoke test)", file=sys.stderr)
         return 2

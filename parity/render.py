@@ -645,6 +645,28 @@ def _tune_section(result: Result, label: str) -> str:
     return "".join(parts)
 
 
+def _kernel_times_section(result: Result, label: str) -> str:
+    """Per backend and phase, the total and each kernel's time per iteration, the largest first."""
+    backends = result.data["backends"]
+    rows = [
+        [
+            _esc(name),
+            phase,
+            f'<td class="num" data-kernel-us="{row["us"]!r}">{_fmt(row["us"], ".1f")}</td>',
+            f'<td class="num">{_fmt(row["calls"], ".0f")}</td>',
+            f"<code>{_esc(kernel)}</code>",
+        ]
+        for name, backend in backends.items()
+        for phase in ("fwd", "bwd")
+        for kernel, row in sorted(backend[phase].items(), key=lambda item: -item[1]["us"])
+    ]
+    totals = ", ".join(
+        f"{_esc(name)} fwd {_fmt(b['fwd_us'], '.1f')} us, bwd {_fmt(b['bwd_us'], '.1f')} us"
+        for name, b in backends.items()
+    )
+    return f"<p>per iteration: {totals}</p>" + _table(("backend", "phase", "us", "launches", "kernel"), rows)
+
+
 # --- convergence: curves with the band, the verdicts, step times --------------------------------------------------
 
 
@@ -876,6 +898,7 @@ SECTIONS: dict[str, Callable[[Result, str], str]] = {
     "mixer": _mixer_section,
     "tune": _tune_section,
     "convergence": _convergence_section,
+    "kernel-times": _kernel_times_section,
 }
 
 
@@ -912,6 +935,10 @@ def _headline(result: Result) -> str:
     if result.kind == "tune":
         trials = result.data["trials"]
         return f"{len(trials)} configs, {sum(bool(t['passed']) for t in trials)} passing"
+    if result.kind == "kernel-times":
+        return "; ".join(
+            f"{name}: fwd {b['fwd_us']:.1f} us, bwd {b['bwd_us']:.1f} us" for name, b in result.data["backends"].items()
+        )
     if result.kind == "convergence":
         return "; ".join(
             f"{task_name}: "

@@ -25,6 +25,7 @@ FORMATS: dict[str, int] = {
     "mixer": 1,  # bench/mixer.py --json
     "precision": 1,  # bench/ssd_bwd_precision.py --json
     "convergence": 1,  # bench/convergence.py's convergence.json
+    "kernel-times": 1,  # bench/kernel_times.py --json
 }
 """The newest version of each kind this parity reads (and writes)."""
 
@@ -37,6 +38,7 @@ TITLES = {
     "mixer": "mixer benchmark (bench/mixer.py)",
     "precision": "SSD backward precision sweep (bench/ssd_bwd_precision.py)",
     "convergence": "convergence parity (bench/convergence.py)",
+    "kernel-times": "time per GPU kernel (bench/kernel_times.py)",
 }
 
 
@@ -259,6 +261,12 @@ def _touch(kind: str, data: Any) -> None:
             (run["op"], run["impl"], run["dtype"], run["passed"], run["cases"], list(run["determinism"]))
     elif kind == "convergence":
         _touch_convergence(data)
+    elif kind == "kernel-times":
+        for backend in data["backends"].values():
+            _numbers([backend["fwd_us"], backend["bwd_us"]])
+            for phase in ("fwd", "bwd"):
+                for row in backend[phase].values():
+                    _numbers([row["calls"], row["us"]])
 
 
 def parse(data: Any, path: str) -> Result:

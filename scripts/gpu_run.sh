@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the offline H200: install the carried wheels, then run the GPU tests and/or the
 # benchmarks, writing logs and JSON under $OUT (default ./gpu-out). Usage:
-#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [record] [convergence] [e2e] [ssd] [long] [index]
+#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [kernels] [record] [convergence] [e2e] [ssd] [long] [index]
 #   (default: tests parity bench; each call is cut at 10 minutes: one or two steps per call)
 # e2e / ssd: tune (Helion's autotuner, resumable) + gate + promote the gated norm / the SSD kernels at the training shape.
 # mixer: the Nemotron mixer (SSD combined + gated RMSNorm) fwd/fwd+bwd/peak memory and the RMSNorm bwd, vs mamba-ssm
@@ -44,6 +44,10 @@ for step in $steps; do
     mixer)   # the whole mixer fwd/fwd+bwd and peak memory, and the gated RMSNorm bwd alone, helion vs mamba-ssm
       timeout "${MIXER_TIMEOUT:-300}" python3 bench/mixer.py --json "$OUT/mixer.json" ${MIXER_ARGS:-} 2>&1 \
         | tee "$OUT/mixer.log" || status=1 ;;
+    kernels) # where the mixer's time goes, kernel by kernel, helion vs mamba-ssm (torch.profiler; bench/kernel_times.py)
+      timeout "${KERNELS_TIMEOUT:-240}" python3 bench/kernel_times.py --json "$OUT/kernel-times.json" ${KERNELS_ARGS:-} \
+        > "$OUT/kernel-times.log" 2>&1 || status=1
+      grep -E "^(mamba|helion) |^fwd:|^bwd:" "$OUT/kernel-times.log" | cut -c1-200 ;;
     record)  # mamba-ssm's autotune choices at the training shapes for what reference/mamba_autotune.json lacks
              # (the pinned examples and training problems of every op; copy $OUT/mamba_autotune.json back)
       PARITY_RECORD_BASELINE=1 timeout "${RECORD_TIMEOUT:-400}" python3 -m parity check --device cuda --examples 0 \

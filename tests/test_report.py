@@ -15,8 +15,10 @@ import sys
 from collections import defaultdict
 from html.parser import HTMLParser
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+import torch
 
 from parity import results
 from parity.cli import main
@@ -217,6 +219,48 @@ def test_a_tuning_run_plots_time_per_config_with_its_verdicts(tmp_path):
     page = Page((tmp_path / "r" / "index.html").read_text())
     assert [e["data-plot"] for e in page.having("data-plot")] == ["tune:r0"]
     assert [e["data-trial-ms"] for e in page.having("data-trial-ms")] == ["0.3", "0.5", "0.9", "None"]
+
+
+def _kernel_times() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("kernel_times", ROOT / "bench" / "kernel_times.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Event:
+    """A profiler event as bench/kernel_times.py reads it: name, device type, device interval."""
+
+    def __init__(self, name: str, us: float, cuda: bool = True) -> None:
+        self.name, self.us = name, us
+        self.device_type = torch.autograd.DeviceType.CUDA if cuda else torch.autograd.DeviceType.CPU
+        self.time_range = self
+
+    def elapsed_us(self) -> float:
+        return self.us
+
+
+def test_kernel_times_sums_per_kernel_and_iteration_and_its_report_shows_the_numbers(tmp_path):
+    """Two iterations of a forward (scan, norm) and of a forward+backward (the same, a recomputed scan and a
+    backward kernel); CPU-side events are not kernels. The backward is the difference, name by name."""
+    kt = _kernel_times()
+    fwd = kt.kernel_table([Event("scan", 10), Event("norm", 4), Event("scan", 12), Event("norm", 6)], 2)
+    assert fwd == {"scan": {"calls": 1.0, "us": 11.0}, "norm": {"calls": 1.0, "us": 5.0}}
+    both = kt.kernel_table(
+        [Event(n, us) for n, us in (("scan", 11), ("norm", 5), ("scan", 13), ("dx", 30))] * 2
+        + [Event("aten::mm", 99, cuda=False)],
+        2,
+    )
+    bwd = kt.difference(both, fwd)
+    assert bwd == {"scan": {"calls": 1.0, "us": 13.0}, "dx": {"calls": 1.0, "us": 30.0}}  # norm: no launch left
+    backends = {"helion": {"fwd": fwd, "bwd": bwd, "fwd_us": kt.total_us(fwd), "bwd_us": kt.total_us(bwd)}}
+    path = tmp_path / "kernels.json"
+    path.write_text(json.dumps(results.stamped("kernel-times", {"meta": {"gpu": "NVIDIA H200"}, "backends": backends})))
+    assert run("report", str(path), "--out", str(tmp_path / "r")).returncode == 0
+    page = Page((tmp_path / "r" / "index.html").read_text())
+    assert [float(e["data-kernel-us"]) for e in page.having("data-kernel-us")] == [11.0, 5.0, 30.0, 13.0]
+    assert "helion: fwd 16.0 us, bwd 43.0 us" in (tmp_path / "r" / "summary.md").read_text()
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,135 @@
+"""Where the Nemotron mixer's time goes, GPU kernel by GPU kernel, Helion ports vs mamba-ssm.
+
+For each backend (bench/mixer.py's: SSD combined then the gated RMSNorm, bf16) the forward and the
+forward+backward run ``--iters`` times each under torch.profiler (CUDA activity only, after two warm runs);
+every device kernel's time is summed per kernel name and divided by the iterations. The backward's kernels
+are forward+backward minus forward, name by name (the backward's recomputed forward kernels stay in it).
+Kernels that are neither backend's Triton kernels (PyTorch's elementwise, reduction, copy and fill kernels:
+the glue) are listed too, so that a restructure sees the whole cost. Profiled times carry the profiler's
+overhead: the ratios are the point; bench/mixer.py's do_bench times are the reference numbers.
+
+    python bench/kernel_times.py --json bench/results/h200-kernel-times.json [--shape nemotron]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import mixer  # bench/mixer.py: the mixer's inputs, backends and steps
+
+from parity import device as parity_device
+from parity.report import atomic_write
+from parity.results import stamped
+
+Table = dict[str, dict[str, float]]
+"""Kernel name -> {"calls": launches per iteration, "us": microseconds per iteration}."""
+
+
+def kernel_table(events: Iterable[Any], iters: int) -> Table:
+    """Per-iteration launches and device microseconds of each kernel among profiler ``events`` (those on the
+    CUDA device; each event's ``time_range`` is its device interval)."""
+    table: Table = {}
+    for event in events:
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        row = table.setdefault(event.name, {"calls": 0.0, "us": 0.0})
+        row["calls"] += 1 / iters
+        row["us"] += event.time_range.elapsed_us() / iters
+    return table
+
+
+def difference(total: Table, part: Table) -> Table:
+    """``total`` less ``part``, kernel by kernel; kernels left with no launches are dropped."""
+    out: Table = {}
+    for name, row in total.items():
+        other = part.get(name, {"calls": 0.0, "us": 0.0})
+        calls = row["calls"] - other["calls"]
+        if calls > 1e-9:
+            out[name] = {"calls": calls, "us": max(0.0, row["us"] - other["us"])}
+    return out
+
+
+def profiled(fn: Callable[[], Any], iters: int) -> Table:
+    """The kernel table of ``iters`` calls of ``fn`` (two warm calls first, not profiled)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    return kernel_table(prof.events(), iters)
+
+
+def total_us(table: Table) -> float:
+    return sum(row["us"] for row in table.values())
+
+
+def print_table(backend: str, phase: str, table: Table) -> None:
+    print(f"{backend} {phase}: {total_us(table):9.1f} us in {sum(r['calls'] for r in table.values()):.0f} launches")
+    for name, row in sorted(table.items(), key=lambda item: -item[1]["us"]):
+        print(f"  {row['us']:9.1f} us  x{row['calls']:<4.0f} {name[:110]}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=sorted(set(mixer.SHAPES) - {"tiny"}), default="nemotron")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--json", dest="json_path", default=None)
+    parser.add_argument("--ssd-config", default=None, help="JSON file with the Helion SSD config (default: promoted)")
+    parser.add_argument("--norm-config", default=None, help="JSON file with the Helion norm config (default: promoted)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("kernel_times: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    if args.iters < 1:
+        print(f"kernel_times: --iters must be at least 1, got {args.iters}", file=sys.stderr)
+        return 2
+    configs = {"ssd": mixer.load_config(args.ssd_config), "norm": mixer.load_config(args.norm_config)}
+    parity_device.configure("cuda")
+    from reference import mamba_triton
+
+    mamba_triton.autotune_as_shipped()  # mamba-ssm as users run it
+    dev = torch.device("cuda")
+    inputs = mixer.mixer_inputs(mixer.SHAPES[args.shape], torch.bfloat16, dev)
+    results: dict[str, Any] = {}
+    for name, backend in mixer.mixer_backends(configs).items():
+        forward, fwd_bwd = mixer.mixer_step(backend, inputs)
+        fwd = profiled(forward, args.iters)
+        both = profiled(fwd_bwd, args.iters)
+        bwd = difference(both, fwd)
+        results[name] = {"fwd": fwd, "bwd": bwd, "fwd_us": total_us(fwd), "bwd_us": total_us(bwd)}
+        print_table(name, "forward", fwd)
+        print_table(name, "backward", bwd)
+        torch.cuda.empty_cache()
+    for phase in ("fwd", "bwd"):
+        mamba_us, helion_us = results["mamba"][f"{phase}_us"], results["helion"][f"{phase}_us"]
+        print(f"{phase}: mamba-ssm {mamba_us:.1f} us, Helion {helion_us:.1f} us, ratio {mamba_us / helion_us:.2f}x")
+    meta = {
+        "command": " ".join([sys.executable.split("/")[-1], *sys.argv]),
+        "gpu": torch.cuda.get_device_name(),
+        "shape": args.shape,
+        "iters": args.iters,
+        "helion_configs": configs,
+        "timing": "torch.profiler CUDA kernel intervals, per iteration",
+    }
+    if args.json_path:
+        payload = {"meta": meta, "backends": results}
+        atomic_write(args.json_path, json.dumps(stamped("kernel-times", payload), indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
