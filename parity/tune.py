@@ -632,7 +632,7 @@ class Tuner:
         at a time to the defaults (the largest time saved first), rejecting each that fails."""
         gains = {}
         for name, record in records.items():
-            if record.get("status") != "tuned" or record.get("rejected"):
+            if record.get("status") != "tuned" or _rejected(record):
                 continue
             if record["ms"] < record["baseline_ms"]:
                 gains[name] = record["baseline_ms"] - record["ms"]
@@ -658,6 +658,7 @@ class Tuner:
                     config = trial
                 else:
                     records[name]["rejected"] = f"the op fails end to end with it: {verdict['failures'][:1]}"
+                    records[name]["rejected_as"] = trial[name]
                     _write(self.folder / "kernels" / f"{name}.json", records[name])
                     self._say(f"{name}: rejected (the op fails end to end with its tuned config)")
         if not config:
@@ -719,6 +720,12 @@ def broadcast_uniform(config: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(value, list) and value and all(v == value[0] for v in value) and isinstance(value[0], str):
             out[name] = value[0]
     return out
+
+
+def _rejected(record: Mapping[str, Any]) -> bool:
+    """Whether the kernel's tuned config, as the op now runs it (:func:`_as_tuned`), failed the op end to end
+    before. A rejection of another form of it (recorded before that form changed) is judged again."""
+    return bool(record.get("rejected")) and record.get("rejected_as") == _as_tuned(record["config"])
 
 
 def _as_tuned(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -374,7 +374,17 @@ def test_an_assembled_config_that_fails_end_to_end_is_rejected(tmp_path, monkeyp
     assert outcome.status == "done" and outcome.config == kept
     assert [j["passed"] for j in outcome.judged] == [True, False, True, False]
     assert "rejected" in records(t)["bwd"] and "rejected" not in records(t)["fwd"]
+    assert records(t)["bwd"]["rejected_as"] == BAD_BWD
     assert json.loads(outcome.config_path.read_text()) == outcome.config
+    again = tuner(tmp_path, SeedSearch(), spec=spec, base=impl)
+    assert again.run().config == kept and not any("bwd: rejected" in line for line in logged(again))
+    # a rejection recorded for another form of the config (before the tuner changed how it assembles) is judged
+    # again, here failing again
+    path = t.folder / "kernels" / "bwd.json"
+    path.write_text(json.dumps({**records(t)["bwd"], "rejected_as": {"indexing": ["pointer"]}}))
+    third = tuner(tmp_path, SeedSearch(), spec=spec, base=impl)
+    assert third.run().config == kept and any("bwd: rejected" in line for line in logged(third))
+    assert records(t)["bwd"]["rejected_as"] == BAD_BWD
 
 
 def test_plan_captures_and_prints_without_tuning(tmp_path, capsys):
