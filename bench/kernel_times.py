@@ -1,8 +1,8 @@
 """Where the Nemotron mixer's time goes, GPU kernel by GPU kernel, Helion ports vs mamba-ssm.
 
 For each backend (bench/mixer.py's: SSD combined then the gated RMSNorm, bf16) the forward and the
-forward+backward run ``--iters`` times each under torch.profiler (CUDA activity only, after two warm runs);
-every device kernel's time is summed per kernel name and divided by the iterations. The backward's kernels
+forward+backward run ``--iters`` times each under torch.profiler (after two warm runs); every CUDA kernel
+event's device interval is summed per kernel name and divided by the iterations. The backward's kernels
 are forward+backward minus forward, name by name (the backward's recomputed forward kernels stay in it).
 Kernels that are neither backend's Triton kernels (PyTorch's elementwise, reduction, copy and fill kernels:
 the glue) are listed too, so that a restructure sees the whole cost. Profiled times carry the profiler's
@@ -66,7 +66,7 @@ def profiled(fn: Callable[[], Any], iters: int) -> Table:
     for _ in range(2):
         fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:  # kernels are CUDA events
         for _ in range(iters):
             fn()
         torch.cuda.synchronize()
