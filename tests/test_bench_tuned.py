@@ -3,32 +3,20 @@ ssd_combined config (the tuner's config.json or the promoted entry), and compute
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
 
 from kernels import ssd_combined
 from parity import registry
+from tests import bench_scripts
 
 pytestmark = pytest.mark.cpu
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_main", ROOT / "bench" / "bench.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_each_ssd_kernel_op_runs_with_its_kernels_config_from_an_ssd_config(tmp_path):
-    bench = _bench()
+    bench = bench_scripts.load("bench")
     specs = registry.load()
     path = tmp_path / "config.json"
     path.write_text(json.dumps(ssd_combined.CONFIGS[1]))
@@ -49,4 +37,4 @@ def test_an_ssd_config_file_that_is_not_an_object_is_one_clear_error(tmp_path):
     path = tmp_path / "config.json"
     path.write_text("[1, 2]")
     with pytest.raises(SystemExit, match="must be a JSON object"):
-        _bench().ssd_config({}, str(path))
+        bench_scripts.load("bench").ssd_config({}, str(path))

@@ -15,13 +15,13 @@ import sys
 from collections import defaultdict
 from html.parser import HTMLParser
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
 
 from parity import results
 from parity.cli import main
+from tests import bench_scripts
 
 pytest_plugins = ["pytester"]
 
@@ -221,14 +221,6 @@ def test_a_tuning_run_plots_time_per_config_with_its_verdicts(tmp_path):
     assert [e["data-trial-ms"] for e in page.having("data-trial-ms")] == ["0.3", "0.5", "0.9", "None"]
 
 
-def _kernel_times() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kernel_times", ROOT / "bench" / "kernel_times.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 class Event:
     """A profiler event as bench/kernel_times.py reads it: name, device type, device interval."""
 
@@ -244,7 +236,7 @@ class Event:
 def test_kernel_times_sums_per_kernel_and_iteration_and_its_report_shows_the_numbers(tmp_path):
     """Two iterations of a forward (scan, norm) and of a forward+backward (the same, a recomputed scan and a
     backward kernel); CPU-side events are not kernels. The backward is the difference, name by name."""
-    kt = _kernel_times()
+    kt = bench_scripts.load("kernel_times")
     fwd = kt.kernel_table([Event("scan", 10), Event("norm", 4), Event("scan", 12), Event("norm", 6)], 2)
     assert fwd == {"scan": {"calls": 1.0, "us": 11.0}, "norm": {"calls": 1.0, "us": 5.0}}
     both = kt.kernel_table(
