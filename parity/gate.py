@@ -122,7 +122,7 @@ def _determinism(
     """Re-run forward and backward on identical inputs and upstream gradients: bitwise identical, or the largest
     spread seen."""
     inputs = make_inputs(spec, problem, dtype, 0, device)
-    upstream = upstream_grads(0) if impl.backward and spec.grad_inputs else None
+    upstream = upstream_grads(0, dtype) if impl.backward and spec.grad_inputs else None
     fn = impl.load()
     first = execute(spec, fn, inputs, upstream)
     spread = 0.0

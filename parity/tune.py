@@ -196,9 +196,9 @@ def _launcher(path: str) -> Callable[..., Any]:
         raise ParityError(f"cannot load the launcher {path!r}: {exc}") from exc
 
 
-def _fwd_bwd(spec: OpSpec, impl: Impl, inputs: Mapping[str, Any], seed: int, what: str) -> None:
+def _fwd_bwd(spec: OpSpec, impl: Impl, inputs: Mapping[str, Any], dtype: torch.dtype, seed: int, what: str) -> None:
     """The op forward and backward as the engine runs it (one random upstream gradient); errors are ParityErrors."""
-    upstream = upstream_grads(seed) if impl.backward and spec.grad_inputs else None
+    upstream = upstream_grads(seed, dtype) if impl.backward and spec.grad_inputs else None
     run = execute(spec, impl.load(), inputs, upstream)
     if run.errors:
         raise ParityError(f"{spec.name} [{impl.name}] failed while {what}: {run.errors[0]}")
@@ -236,7 +236,9 @@ def capture(
 
     markers = {name: {NAME_FIELD: name} for name in names}
     with _replaced(original, probe):
-        _fwd_bwd(spec, dataclasses.replace(impl, config=markers), inputs, seed, "finding which kernel each name runs")
+        _fwd_bwd(
+            spec, dataclasses.replace(impl, config=markers), inputs, dtype, seed, "finding which kernel each name runs"
+        )
     named: dict[Any, str] = {}
     for kernel, name in order:
         if named.setdefault(kernel, name) != name:
@@ -257,7 +259,7 @@ def capture(
         return original(kernel, args, config, **options)
 
     with _replaced(original, record):
-        _fwd_bwd(spec, dataclasses.replace(impl, config={}), inputs, seed, "capturing its kernel launches")
+        _fwd_bwd(spec, dataclasses.replace(impl, config={}), inputs, dtype, seed, "capturing its kernel launches")
     if next(pending, None) is not None:
         raise ParityError(f"{spec.name} launched fewer kernels with its default config than with named configs")
     return launches

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the offline H200: install the carried wheels, then run the GPU tests and/or the
 # benchmarks, writing logs and JSON under $OUT (default ./gpu-out). Usage:
-#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [kernels] [record] [convergence] [e2e] [ssd] [long] [index]
+#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [kernels] [record] [convergence] [precision] [e2e] [ssd] [long] [index]
 #   (default: tests parity bench; each call is cut at 10 minutes: one or two steps per call)
 # e2e / ssd: tune (Helion's autotuner, resumable) + gate + promote the gated norm / the SSD kernels at the training shape.
 # mixer: the Nemotron mixer (SSD combined + gated RMSNorm) fwd/fwd+bwd/peak memory and the RMSNorm bwd, vs mamba-ssm
@@ -57,6 +57,13 @@ for step in $steps; do
       timeout "${CONVERGENCE_TIMEOUT:-570}" python3 bench/convergence.py --device cuda --out "$OUT/convergence" \
         ${CONVERGENCE_ARGS:-} > "$OUT/convergence.log" 2>&1 || status=1
       tail -40 "$OUT/convergence.log" | cut -c1-300 ;;
+    precision)  # issue 12: the bf16 reproducer over seeds 0-19 (gate verdicts), then seed 0 at chunk/tile 32/64/128
+      timeout "${PRECISION_TIMEOUT:-280}" python3 bench/ssd_bwd_precision.py --device cuda --dtype bfloat16 --seeds 0-19 \
+        --max-ratio inf --json "$OUT/ssd-bwd-repro-bf16.json" > "$OUT/precision-repro.log" 2>&1 || status=1
+      timeout "${PRECISION_TIMEOUT:-280}" python3 bench/ssd_bwd_precision.py --device cuda --dtype bfloat16 --seeds 0 \
+        --chunk-sizes 32,64,128 --configs default --block-sizes 32,64,128 --max-ratio inf \
+        --json "$OUT/ssd-bwd-sweep-bf16.json" > "$OUT/precision-sweep.log" 2>&1 || status=1
+      tail -n 8 "$OUT/precision-repro.log" "$OUT/precision-sweep.log" | cut -c1-300 ;;
     e2e|ssd) # tune the op's Helion kernels with Helion's autotuner, then gate + promote the assembled config. Resumable:
              # the carried tuned/ is copied to $OUT/tuned and the tuner writes there (each kernel's record lands at once,
              # so a call cut by its limit keeps what it found); copy $OUT/tuned back to tuned/ and run again until "done".

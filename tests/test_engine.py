@@ -21,7 +21,7 @@ from toy_op import (
 
 from parity import tolerances
 from parity.profiles import get_profile
-from parity.runner import run_problem
+from parity.runner import _upcast, execute, run_problem, upstream_grads
 from parity.spec import Impl
 from parity.strategies import drive
 
@@ -220,3 +220,18 @@ def test_a_broken_baseline_does_not_widen_the_bound():
         spec(garbage), [spec(garbage).impl("garbage")], RAGGED, torch.float32, 0, "cpu", TOLS, backward=False
     )
     assert not intact.passed and not intact.notes
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_oracle_differentiates_the_upstream_gradient_the_candidates_get(dtype):
+    """The oracle gets the case's upstream gradient with the values the candidates get (drawn, then rounded to the
+    dtype): an implementation that computes its forward and backward exactly and rounds once then has exactly the
+    oracle's gradient, rounded. An oracle given the unrounded draw would charge it the upstream's rounding."""
+    s = spec(reference)
+    inputs = make_inputs(RAGGED, dtype, 3, "cpu")
+    upstream = upstream_grads(3, dtype)
+    oracle = execute(s, reference, {k: _upcast(v, torch.float64) for k, v in inputs.items()}, upstream)
+    exact = execute(s, lambda **kw: reference(**kw, acc=torch.float64), inputs, upstream)
+    assert not oracle.errors and not exact.errors
+    for name in ("grad.x", "grad.a", "grad.d"):
+        assert torch.equal(exact.values[name], oracle.values[name].to(exact.values[name].dtype)), name

@@ -189,7 +189,7 @@ def differs_on_rerun(mutant: Mutant, impl: Impl, problem: Mapping[str, Any], dev
     spec = registry.get(mutant.op)
     inputs = spec.make_inputs(problem, parse_dtype(mutant.dtype), mutant.seed, torch.device(device))
     fn = impl.load()
-    upstream = upstream_grads(mutant.seed) if mutant.backward else None
+    upstream = upstream_grads(mutant.seed, parse_dtype(mutant.dtype)) if mutant.backward else None
     first, again = execute(spec, fn, inputs, upstream), execute(spec, fn, inputs, upstream)
     assert not first.errors and not again.errors, first.errors + again.errors
     return [

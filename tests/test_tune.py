@@ -133,7 +133,9 @@ def records(t: Tuner) -> dict[str, dict[str, Any]]:
 
 def _run_op(spec: Any, impl: Impl, problem: dict[str, Any], config: Any) -> dict[str, Any]:
     inputs = make_inputs(spec, problem, torch.float32, 0, "cpu")
-    return execute(spec, dataclasses.replace(impl, config=config).load(), inputs, upstream_grads(0)).values
+    return execute(
+        spec, dataclasses.replace(impl, config=config).load(), inputs, upstream_grads(0, torch.float32)
+    ).values
 
 
 def test_capture_gives_the_gated_norm_kernels_and_their_arguments():
