@@ -111,12 +111,30 @@ def _device_args_need_int64(compiled: Callable[..., Any], args: tuple[Any, ...])
     def record(_kernel: Any, _grid: Any, *kernel_args: Any, **_options: Any) -> None:
         seen.append(needs_int64(kernel_args))
 
+    device = next((arg.device for arg in args if isinstance(arg, torch.Tensor)), None)
     try:
-        compiled(*map(_meta, args), _launcher=record)
+        with _sm_count_of(device):
+            compiled(*map(_meta, args), _launcher=record)
     except Exception as error:  # unknown: answered with the build that is always correct
         warnings.warn(f"index-width probe failed ({error!r}); running the int64-indexed build", stacklevel=3)
         return True
     return any(seen)
+
+
+@contextmanager
+def _sm_count_of(device: torch.device | None) -> Iterator[None]:
+    """Within, Helion's ``get_num_sm`` answers for ``device`` when asked about the meta device: a persistent
+    config's host code sizes its grid by the SM count of its arguments' device, which meta tensors do not have."""
+    original = helion.runtime.get_num_sm
+
+    def count(asked: torch.device, **options: Any) -> int:
+        return original(device if asked.type == "meta" and device is not None else asked, **options)
+
+    helion.runtime.get_num_sm = count
+    try:
+        yield
+    finally:
+        helion.runtime.get_num_sm = original
 
 
 @functools.cache

@@ -9,6 +9,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
+# At most 8 files come back from $OUT: at exit everything the steps wrote goes back as one archive, results.tgz.
+pack() {
+  (cd "$OUT" && find . -mindepth 1 -maxdepth 1 ! -name results.tgz -print0 | tar czf /tmp/results.tgz --null -T - \
+    && find . -mindepth 1 -maxdepth 1 ! -name results.tgz -exec rm -rf {} + && mv /tmp/results.tgz results.tgz)
+}
+trap pack EXIT
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "wheel install failed"; exit 3; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -70,6 +76,7 @@ for step in $steps; do
              # The tuner stops before a kernel it has no time for: CALL_LIMIT (s since the script started) less
              # PROMOTE_RESERVE (the promote gate's time) bounds it; the promote runs only when that much is left.
       # TUNE_SHAPE (JSON): tune at that problem instead of the training shape and promote for its shape bucket.
+      # TUNE_ARGS: more `parity tune` options (e.g. "--force --kernel bwd_dx" re-tunes that kernel alone).
       op=$([ "$step" = e2e ] && echo layernorm_gated || echo ssd_combined)
       log="$OUT/tune-$op${TUNE_SHAPE:+-$(echo "$TUNE_SHAPE" | md5sum | cut -c1-8)}.log"
       mkdir -p "$OUT/tuned"; [ -d tuned ] && cp -r tuned/. "$OUT/tuned/"
@@ -82,7 +89,7 @@ for step in $steps; do
         echo "tune $op: no time left in this call"; status=1
       elif timeout -k 10 "$(( limit + 60 ))" python3 -m parity tune "$op" --device cuda --budget "${TUNE_BUDGET:-60}" \
           --effort "${TUNE_EFFORT:-quick}" --precompile "${PRECOMPILE:-fork}" \
-          ${PRECOMPILE_JOBS:+--precompile-jobs "$PRECOMPILE_JOBS"} ${TUNE_SHAPE:+--shape "$TUNE_SHAPE"} \
+          ${PRECOMPILE_JOBS:+--precompile-jobs "$PRECOMPILE_JOBS"} ${TUNE_SHAPE:+--shape "$TUNE_SHAPE"} ${TUNE_ARGS:-} \
           --time-limit "$limit" --out "$OUT/tuned" > "$log" 2>&1; then
         cfg=$(sed -n 's/.*done: the assembled config passed end to end: //p' "$log" | tail -1)
         left=$(( ${CALL_LIMIT:-585} - SECONDS ))

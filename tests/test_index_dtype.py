@@ -11,7 +11,9 @@ kilobytes: big tensors are meta tensors or stride-0 expansions.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
+import helion
 import pytest
 import torch
 
@@ -80,6 +82,25 @@ def test_small_calls_keep_the_default_build() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the host-code probe must run on meta tensors, not fall back
         assert launch.build(kernel, _cumsum_args(torch.zeros(2, 16, 2)), None) is kernel
+
+
+def test_a_persistent_config_keeps_the_default_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A persistent config's host code asks Helion for the SM count of its arguments' device; the meta-tensor probe
+    answers with the real device's (Helion's own answer for meta is an AssertionError, seen on the H200 in run 22:
+    every tuned persistent bmm_chunk fell back to the int64 build). The CPU stand-in counts 4 SMs."""
+
+    def sm_count(device: torch.device, **_: Any) -> int:
+        if device.type != "cpu":
+            raise AssertionError("TODO: implement for other devices")
+        return 4
+
+    monkeypatch.setattr(helion.runtime, "get_num_sm", sm_count)
+    small = bmm_chunk.bmm_chunk_args(torch.zeros(1, 512, 1, 16), torch.zeros(1, 512, 1, 16), 256)
+    config = {"block_sizes": [16, 16, 16], "pid_type": "persistent_interleaved"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert launch.build(bmm_chunk.bmm_chunk_kernel, small, config) is bmm_chunk.bmm_chunk_kernel
+    assert helion.runtime.get_num_sm is sm_count  # restored after the probe
 
 
 @pytest.mark.parametrize(

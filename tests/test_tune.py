@@ -79,6 +79,7 @@ class SeedSearch:
         settings = kernel.settings
         assert settings.static_shapes, "tuned as training runs it: the static-shape build"
         assert settings.autotune_effort == "quick" and settings.autotune_random_seed == 0
+        assert settings.autotune_ignore_errors, "a config Triton cannot compile is skipped, not the search ended"
         if self.before:
             self.before(kernel)
         self.seen.append(kernel.fn.__name__)
@@ -289,6 +290,17 @@ def test_a_rerun_skips_what_is_current_and_a_changed_source_re_tunes(tmp_path, m
     third = SeedSearch()
     assert tuner(tmp_path, third).run().status == "done"
     assert third.seen == ["layer_norm_bwd_kernel"]
+
+
+def test_force_with_kernel_re_tunes_that_kernel_and_keeps_the_others(tmp_path):
+    """``--force --kernel bwd`` (a search that failed, say) searches bwd alone and judges the op with fwd's record."""
+    assert tuner(tmp_path, SeedSearch()).run().status == "done"
+    fwd_before = records(tuner(tmp_path, SeedSearch()))["fwd"]
+    again = SeedSearch()
+    t = tuner(tmp_path, again)
+    assert t.run(only=["bwd"], force=True).status == "done"
+    assert again.seen == ["layer_norm_bwd_kernel"]
+    assert records(t)["fwd"] == fwd_before
 
 
 @helion.kernel(static_shapes=False)
