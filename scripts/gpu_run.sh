@@ -81,13 +81,15 @@ for step in $steps; do
       log="$OUT/tune-$op${TUNE_SHAPE:+-$(echo "$TUNE_SHAPE" | md5sum | cut -c1-8)}.log"
       mkdir -p "$OUT/tuned"; [ -d tuned ] && cp -r tuned/. "$OUT/tuned/"
       [ -f "$OUT/tuned.tgz" ] && tar xzf "$OUT/tuned.tgz" -C "$OUT"  # an earlier tune step of this call
-      reserve=${PROMOTE_RESERVE:-150}
+      # PROMOTE_RESERVE_E2E / _SSD, TUNE_BUDGET_E2E / _SSD: one step's own values in a call that runs both.
+      reserve_var=PROMOTE_RESERVE_${step^^} budget_var=TUNE_BUDGET_${step^^}
+      reserve=${!reserve_var:-${PROMOTE_RESERVE:-150}} budget=${!budget_var:-${TUNE_BUDGET:-60}}
       limit=$(( ${CALL_LIMIT:-585} - SECONDS - reserve ))
       limit=$(( limit < ${TUNE_LIMIT:-100000} ? limit : ${TUNE_LIMIT:-100000} ))
       echo "tune $op${TUNE_SHAPE:+ at $TUNE_SHAPE}: --time-limit $limit s (call at ${SECONDS} s)"
       if [ "$limit" -lt 60 ]; then
         echo "tune $op: no time left in this call"; status=1
-      elif timeout -k 10 "$(( limit + 60 ))" python3 -m parity tune "$op" --device cuda --budget "${TUNE_BUDGET:-60}" \
+      elif timeout -k 10 "$(( limit + 60 ))" python3 -m parity tune "$op" --device cuda --budget "$budget" \
           --effort "${TUNE_EFFORT:-quick}" --precompile "${PRECOMPILE:-fork}" \
           ${PRECOMPILE_JOBS:+--precompile-jobs "$PRECOMPILE_JOBS"} ${TUNE_SHAPE:+--shape "$TUNE_SHAPE"} ${TUNE_ARGS:-} \
           --time-limit "$limit" --out "$OUT/tuned" > "$log" 2>&1; then
