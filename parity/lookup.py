@@ -190,10 +190,10 @@ class StoreReader:
                     return entry
         return None
 
-    def staleness(self, entry: Any) -> list[str]:
-        """Why ``entry`` no longer applies (empty when it still does): the kernel source or a library version
-        changed, or the entry is malformed (not an object, a field missing, a kernel module that no longer
-        imports) - never an exception."""
+    def staleness(self, entry: Any, *, compare_versions: bool = True) -> list[str]:
+        """Why ``entry`` no longer applies (empty when it still does): the kernel source or (``compare_versions``)
+        a library version changed, or the entry is malformed (not an object, a field missing, a kernel module that
+        no longer imports) - never an exception."""
         if not isinstance(entry, dict):
             return [f"invalid entry: not an object ({type(entry).__name__})"]
         missing = [f for f in FIELDS if f not in entry]
@@ -207,12 +207,12 @@ class StoreReader:
             current = source_hash(target)
         except Exception as exc:  # a renamed or deleted kernel module, or one that no longer imports
             return [f"the kernel {target} cannot be loaded: {type(exc).__name__}: {exc}"]
-        if function and not hasattr(sys.modules[module], function):
+        if function and not hasattr(importlib.import_module(module), function):
             return [f"the kernel {target} cannot be loaded: {module} has no {function!r}"]
         reasons = []
         if entry["kernel_hash"] != current:
             reasons.append(f"the source of {target.partition(':')[0]} changed since it was gated")
-        now = versions()
+        now = versions() if compare_versions else entry["versions"]
         for name, version in entry["versions"].items():
             if now.get(name) != version:
                 reasons.append(f"{name} is {now.get(name)}, the entry was gated with {version}")

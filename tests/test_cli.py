@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from parity import lookup
 from parity.cli import main
 
 pytestmark = pytest.mark.cpu  # each test runs the CPU interpreter in this process
@@ -317,6 +318,38 @@ def test_configs_verify_reports_malformed_entries_as_stale(tmp_path, monkeypatch
     assert "bucket=b3" in lines[2] and "STALE: invalid entry: missing field(s) kernel_hash" in lines[2]
     assert "STALE: invalid entry: not an object (int)" in lines[3]
     assert listed.returncode == 0 and len(listed.stdout.strip().splitlines()) == 4 and ".tmp" not in listed.stdout
+
+
+def test_configs_verify_compares_versions_on_the_entrys_own_device_only(tmp_path, monkeypatch):
+    """A GPU's entry gated under other library versions (the GPU image's torch, not this machine's) is OK here on its
+    kernel source, and STALE once that source changes; an entry of this machine with another version is STALE."""
+    from parity.store import Key, Store
+
+    kernel = tmp_path / "toykernel.py"
+    kernel.write_text("def kernel(**kw):\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    store = Store(tmp_path / "store")
+    for device in ("nvidia-h200-sm90", "cpu-interpreter"):
+        entry = store.put(Key(device, "toy", "toykernel:kernel", "float32", "b1"), {"v": 1}, {})
+        entry["versions"] = {**entry["versions"], "torch": "2.11.0+cu130"}
+        path = store.path(device, "toy")
+        path.write_text(json.dumps({"device": device, "op": "toy", "entries": [entry]}))
+    try:
+        proc = parity("configs", "verify", "--store", str(store.root))
+        kernel.write_text("def kernel(**kw):\n    return 2\n")
+        sys.modules.pop("toykernel", None)
+        lookup.clear_caches()  # source hashes are memoized per process
+        edited = parity("configs", "verify", "--store", str(store.root))
+    finally:
+        sys.modules.pop("toykernel", None)
+    lines = dict(line.split(" ", 1) for line in proc.stdout.strip().splitlines())
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert lines["nvidia-h200-sm90"].endswith("OK (kernel source; versions are compared on nvidia-h200-sm90 itself)")
+    assert (
+        "STALE: torch is" in lines["cpu-interpreter"]
+        and "the entry was gated with 2.11.0+cu130" in lines["cpu-interpreter"]
+    )
+    assert edited.returncode == 1 and all("the source of toykernel changed" in x for x in edited.stdout.splitlines())
 
 
 class _Log(io.StringIO):
