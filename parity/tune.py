@@ -475,6 +475,10 @@ class Tuner:
                 state = f"{record['status']} before, skipped (--force redoes it)"
             else:
                 state = "forced" if record is not None else why
+                previous = _read(self.folder / "kernels" / f"{name}.json") or {}
+                if previous.get("status") == "tuned" and previous.get("config") not in seeds[name]:
+                    seeds[name].insert(0, dict(previous["config"]))  # the last search's best starts this one
+                    state += ", its last best config seeded"
                 if not only or name in only:
                     todo.append(launch)
                 else:

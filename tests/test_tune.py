@@ -287,9 +287,15 @@ def test_a_rerun_skips_what_is_current_and_a_changed_source_re_tunes(tmp_path, m
     original = lookup.source_hash
     edited = "kernels.layernorm_gated:layer_norm_bwd_kernel"
     monkeypatch.setattr(lookup, "source_hash", lambda target: "edited" if target == edited else original(target))
+    path = t.folder / "kernels" / "bwd.json"
+    best = {"block_sizes": [16, 1], "num_warps": 1}  # a config of no seed: as a search outside the grid finds
+    path.write_text(json.dumps({**json.loads(path.read_text()), "config": best}))
     third = SeedSearch()
-    assert tuner(tmp_path, third).run().status == "done"
+    t = tuner(tmp_path, third)
+    assert t.run().status == "done"
     assert third.seen == ["layer_norm_bwd_kernel"]
+    assert any("plan bwd:" in line and "its last best config seeded" in line for line in logged(t))
+    assert records(t)["bwd"]["seeds"][0] == best  # the re-tune starts from the stale record's best
 
 
 def test_force_with_kernel_re_tunes_that_kernel_and_keeps_the_others(tmp_path):
