@@ -320,6 +320,13 @@ def test_configs_verify_reports_malformed_entries_as_stale(tmp_path, monkeypatch
     assert listed.returncode == 0 and len(listed.stdout.strip().splitlines()) == 4 and ".tmp" not in listed.stdout
 
 
+def test_every_committed_store_entry_is_current():
+    """The entries under configs/ (promoted on the GPU) match main's kernel sources: a kernel edited after its
+    promotion would raise StaleConfigError where training loads it. Re-promote it, or remove its entry."""
+    proc = parity("configs", "verify")
+    assert proc.returncode == 0 and "STALE" not in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_configs_verify_compares_versions_on_the_entrys_own_device_only(tmp_path, monkeypatch):
     """A GPU's entry gated under other library versions (the GPU image's torch, not this machine's) is OK here on its
     kernel source, and STALE once that source changes; an entry of this machine with another version is STALE."""
