@@ -616,9 +616,10 @@ class Tuner:
         if stored is not None and all(stored.get(k) == v for k, v in key.items()):
             self._say(f"judged before: {what}: {'pass' if stored['passed'] else 'FAIL'}")
             return stored
-        if self._out_of_time(0, f"judging {what}"):
+        if self._out_of_time(self._judging_seconds(), f"judging {what}"):
             return None
         self._say(f"judging {what} end to end, forward and backward, on {len(problems)} problem(s)")
+        started = time.monotonic()
         results: list[CaseResult] = []
         for problem in problems:
             results += run_problem(self.spec, [impl], problem, self.dtype, 0, self.device, self.tolerances)
@@ -629,12 +630,19 @@ class Tuner:
             step = training_step(self.spec, impl, inputs)
             step()  # compiled outside the timed region
             record["ms"] = self.timer(step)
+        record["seconds"] = round(time.monotonic() - started, 1)
         _write(path, record)
         verdict = f"pass, fwd+bwd {record['ms']:.4f} ms" if not failed else f"FAIL ({len(failed)} cases)"
         self._say(f"  {what}: {verdict}")
         for message in record["failures"][:3]:
             self.log(message)
         return record
+
+    def _judging_seconds(self) -> float:
+        """How long a judgement is expected to take: the longest one stored for this op, shape and dtype (0 when
+        none says): the time limit starts none that would be cut (a judgement compiles every kernel)."""
+        stored = (_read(path) or {} for path in (self.folder / "judged").glob("*.json"))
+        return max((float(r.get("seconds", 0.0)) for r in stored), default=0.0)
 
     def assemble(self, records: dict[str, dict[str, Any]], trust: dict[str, Any]) -> Outcome:
         """Judge every tuned kernel config that is faster than its default together; if that fails, add them one

@@ -432,6 +432,25 @@ def test_plan_captures_and_prints_without_tuning(tmp_path, capsys):
     assert not any(tmp_path.iterdir())
 
 
+def test_time_limit_starts_no_judgement_longer_than_the_last_one_took(tmp_path):
+    """Each judgement records its seconds; with a stored one of 1000 s, a run with a 600 s limit reuses the stored
+    trust, searches the kernels (a stand-in search takes no time) but starts no judgement of the tuned configs."""
+    first = tuner(tmp_path, SeedSearch())
+    assert first.run().status == "done"
+    judged = sorted((first.folder / "judged").glob("*.json"))
+    assert judged and all(json.loads(p.read_text())["seconds"] >= 0 for p in judged)
+    for path in judged:  # the trust's verdict took 1000 s; the tuned configs' verdict is to be made again
+        record = json.loads(path.read_text())
+        if record["config"]:
+            path.unlink()
+        else:
+            path.write_text(json.dumps({**record, "seconds": 1000.0}))
+    search = SeedSearch()
+    t = tuner(tmp_path, search, time_limit=600)
+    assert t.run(force=True).status == "incomplete" and search.seen
+    assert any("stopping before judging the tuned configs" in line for line in logged(t))
+
+
 def test_time_limit_stops_before_starting_work_and_says_so(tmp_path):
     """A time limit already spent: nothing is judged or searched, and the log says to run again."""
     search = SeedSearch()
