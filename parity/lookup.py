@@ -212,10 +212,11 @@ class StoreReader:
         reasons = []
         if entry["kernel_hash"] != current:
             reasons.append(f"the source of {target.partition(':')[0]} changed since it was gated")
-        now = versions() if compare_versions else entry["versions"]
-        for name, version in entry["versions"].items():
-            if now.get(name) != version:
-                reasons.append(f"{name} is {now.get(name)}, the entry was gated with {version}")
+        if compare_versions:
+            now = versions()
+            for name, version in entry["versions"].items():
+                if now.get(name) != version:
+                    reasons.append(f"{name} is {now.get(name)}, the entry was gated with {version}")
         return reasons
 
 

@@ -20,8 +20,10 @@ from typing import Any
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
+from ssd_bwd_precision import RATIO_QUANTITIES, WIDE, parse_seeds, ulp
 
 import kernels.ssd_combined as combined
 from parity import registry
@@ -41,8 +43,7 @@ PROBLEM = {
     "dt_bias": True,
     "dt_softplus": True,
     "initial_states": True,
-    "dt_range": [1e-4, 5.0],
-    "A_range": [1e-2, 16.0],
+    **WIDE,
 }
 """bench/results/cpu-ssd-bwd-precision.md's problem with ``--wide-dt``."""
 VARIANTS: tuple[tuple[str, ...], ...] = (
@@ -52,7 +53,6 @@ VARIANTS: tuple[tuple[str, ...], ...] = (
     ("cb",),
     ("dA_cumsum", "dt_out", "states", "cb"),
 )
-QUANTITIES = ("grad.A", "grad.dt_bias")
 
 
 def exact_chain(original: Callable[..., dict[str, torch.Tensor]], exact: set[str]) -> Callable[..., Any]:
@@ -88,14 +88,9 @@ def exact_chain(original: Callable[..., dict[str, torch.Tensor]], exact: set[str
     return chain
 
 
-def ulp(value: torch.Tensor) -> float:
-    """The fp32 spacing at |value|."""
-    return torch.finfo(torch.float32).eps * 2.0 ** (torch.frexp(value.abs())[1].item() - 1)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,5,14,19", help="comma-separated seeds")
+    parser.add_argument("--seeds", default="0,5,14,19", help='e.g. "0,5,14,19" or "0-19"')
     args = parser.parse_args()
     spec = registry.get("ssd_combined")
     registry.load()
@@ -103,7 +98,7 @@ def main() -> None:
     exact: set[str] = set()
     combined._chain = exact_chain(combined._chain, exact)
     print("errors in fp32 ulp at max|oracle|; Helion: " + " / ".join("+".join(v) or "as-is" for v in VARIANTS))
-    for seed in (int(s) for s in args.seeds.split(",")):
+    for seed in parse_seeds(args.seeds):
         inputs = make_inputs(spec, PROBLEM, torch.float32, seed, "cpu")
         upstream = upstream_grads(seed, torch.float32)
         oracle = execute(
@@ -111,17 +106,17 @@ def main() -> None:
         )
         assert spec.baseline is not None
         mamba = execute(spec, spec.baseline.load(), inputs, upstream)
-        errors: dict[str, list[float]] = {q: [] for q in QUANTITIES}
+        errors: dict[str, list[float]] = {q: [] for q in RATIO_QUANTITIES}
         for variant in VARIANTS:
             exact.clear()
             exact.update(variant)
             run = execute(spec, helion, inputs, upstream)
-            for q in QUANTITIES:
+            for q in RATIO_QUANTITIES:
                 errors[q].append((run.values[q].double() - oracle.values[q]).abs().max().item())
         parts = []
-        for q in QUANTITIES:
+        for q in RATIO_QUANTITIES:
             o = oracle.values[q]
-            unit = ulp(o.abs().max())
+            unit = ulp(o.abs().max().item(), torch.float32)
             base = (mamba.values[q].double() - o).abs().max().item() / unit
             parts.append(f"{q} mamba {base:.2f} helion " + " / ".join(f"{e / unit:.2f}" for e in errors[q]))
         print(f"seed {seed} | " + " | ".join(parts), flush=True)
