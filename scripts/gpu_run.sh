@@ -15,6 +15,7 @@ pack() {
     && find . -mindepth 1 -maxdepth 1 ! -name results.tgz -exec rm -rf {} + && mv /tmp/results.tgz results.tgz)
 }
 trap pack EXIT
+trap 'exit 143' TERM INT  # a call cut at its limit by a signal still packs what it wrote
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "wheel install failed"; exit 3; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
