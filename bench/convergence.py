@@ -19,11 +19,12 @@ step within FACTOR x the band runs' distance from mamba's, each measured relativ
 order, so the rerun is bitwise identical and the band is mamba-ssm vs the reference alone: the output says which.
 
 Writes to ``--out``: ``convergence.json`` (every curve, the band, the verdicts, step times), one PNG per task (the
-curves, the deviations from mamba-ssm against the bound) and ``summary.md``. Exit 0 if every candidate passes,
-1 if one fails, 2 on bad input (one error line, nothing written). ``--plot-from`` redraws the PNGs and the
+curves, the deviations from mamba-ssm against the bound) and ``summary.md``. ``--control`` also trains the Helion
+scan with its D skip term dropped, which must be rejected. Exit 0 if every candidate passes (and the control is
+rejected), 1 if not, 2 on bad input (one error line, nothing written). ``--plot-from`` redraws the PNGs and the
 summary from a JSON (written where matplotlib is missing).
 
-    python bench/convergence.py --device cuda --out bench/results/h200-convergence
+    python bench/convergence.py --device cuda --out bench/results/h200-convergence --control
     python bench/convergence.py --device cpu --out /tmp/convergence        # tiny: a smoke run, minutes
     python bench/convergence.py --plot-from DIR/convergence.json --out DIR
 """
@@ -69,6 +70,8 @@ ATOL_REL = 1e-6
 
 CLIP = 1.0
 BASELINE, RERUN, REFERENCE, CANDIDATE = "mamba", "mamba-rerun", "reference", "helion"
+CONTROL = "helion-no-D"
+"""``--control``: the Helion backend with its D skip term dropped, which the band must reject."""
 BAND_RUNS = (RERUN, REFERENCE)
 TASKS = ("text", "recall")
 
@@ -356,8 +359,10 @@ def run_task(
     backends: Mapping[str, cm.Backend],
     candidates: Sequence[str],
     dev: torch.device,
+    controls: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Train every named backend on ``task`` ({run name: backend}, mamba first) and judge ``candidates``."""
+    """Train every named backend on ``task`` ({run name: backend}, mamba first) and judge ``candidates`` (each
+    must pass) and ``controls`` (deliberately broken: each must fail)."""
     batches, data = make_batches(task, tc)
     init = initial_state(cfg, tc.seed, backends[BASELINE])
     runs: dict[str, Run] = {}
@@ -366,7 +371,7 @@ def run_task(
         runs[name] = train(name, backend, cfg, tc, init, batches, dev)
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    judged = judge(runs, candidates, init)
+    judged = judge(runs, [*candidates, *controls], init)
     warm = min(tc.steps - 1, max(3, tc.steps // 20))  # the first steps compile and autotune
     return {
         "data": data,
@@ -383,7 +388,9 @@ def run_task(
         "timing_skips_steps": warm,
         **judged,
         "note": band_note(judged["band"], dev.type),
-        "passed": all(v["passed"] for v in judged["verdicts"].values()),
+        "controls": list(controls),
+        "passed": all(judged["verdicts"][c]["passed"] for c in candidates)
+        and not any(judged["verdicts"][c]["passed"] for c in controls),
     }
 
 
@@ -423,6 +430,8 @@ def summary_lines(payload: Mapping[str, Any]) -> list[str]:
                 f"{v['params']['ratio']:.3g}",
             ]
             verdict = "pass" if v["passed"] else "FAIL" + (f": {v['error']}" if v.get("error") else "")
+            if name in result.get("controls", ()):
+                verdict = f"{verdict} (control: {'rejected' if not v['passed'] else '**NOT REJECTED**'})"
             lines.append(f"| {name} | {' | '.join(cells)} | {verdict} |")
         lines.append("")
         lines.append(f"Cells: deviation from mamba / bound (pass <= 1); bound = {FACTOR} x band + {ATOL_REL} x value.")
@@ -596,6 +605,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float)
     parser.add_argument("--seed", type=int, default=0, help="initial weights")
     parser.add_argument("--data-seed", type=int, default=1, help="batches and their order")
+    parser.add_argument(
+        "--control", action="store_true", help=f"also train {CONTROL} (D skip term dropped): it must be rejected"
+    )
     parser.add_argument("--plot-from", default=None, help="redraw the plots and summary from this JSON, nothing run")
     return parser.parse_args(argv)
 
@@ -645,10 +657,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         CANDIDATE: loaded["helion"],
         REFERENCE: loaded["reference"],
     }
+    if args.control:
+        backends[CONTROL] = cm.without_d(loaded["helion"])
     command = "python bench/convergence.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     results: dict[str, Any] = {}
     for task in tasks:  # the outputs rewritten after each task: a run stopped by a time limit keeps what it judged
-        results[task] = run_task(task, cfg, tc, backends, [CANDIDATE], dev)
+        results[task] = run_task(task, cfg, tc, backends, [CANDIDATE], dev, [CONTROL] if args.control else [])
         payload = make_payload(command, cfg, tc, results, dev, tasks)
         write_outputs(payload, out)
     print("\n".join(summary_lines(payload)))

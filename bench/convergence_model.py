@@ -63,6 +63,18 @@ def load_backend(name: str) -> Backend:
     return Backend(scan_module.mamba_chunk_scan_combined, norm_module.rmsnorm_fn)
 
 
+def without_d(backend: Backend) -> Backend:
+    """``backend`` with a deliberately broken scan, its D skip term dropped (out - D x, forward and, through
+    autograd, backward): the negative control a convergence band must reject."""
+    scan = backend.scan
+
+    def broken(x: torch.Tensor, *args: Any, D: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        out = scan(x, *args, D=D, **kwargs)
+        return out - (D[:, None] * x).to(out.dtype)
+
+    return Backend(broken, backend.norm)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Sizes of the model; the SSD sees (b, L, nheads, headdim) x and (b, L, ngroups, dstate) B and C."""
