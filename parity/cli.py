@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import platform
 import sys
 import time
@@ -75,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="generated problems per op (default by profile; 0: the pinned examples only)",
     )
     check.add_argument("--forward-only", action="store_true", help="skip the backward check")
+    check.add_argument(
+        "--verbose", action="store_true", help="log each phase of each case (inputs, oracle, each run) with its time"
+    )
     check.add_argument(
         "--layout",
         choices=("contiguous", "strided", "offset"),
@@ -251,6 +255,9 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     from parity.strategies import drive
 
     specs, profile, tols = _setup(args)
+    if args.verbose:
+        logging.basicConfig(format="%(asctime)s %(message)s", datefmt="%H:%M:%S", level=logging.WARNING)
+        logging.getLogger("parity.runner").setLevel(logging.INFO)
     chosen = [registry.get(name) for name in args.op] if args.op else [specs[k] for k in sorted(specs)]
     problem = None if args.problem is None else _json_object(args.problem, "--problem")
     wanted_dtypes = [parse_dtype(d) for d in args.dtype]

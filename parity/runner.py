@@ -10,7 +10,9 @@ inputs and upstream gradients the candidates receive.
 from __future__ import annotations
 
 import json
+import logging
 import shlex
+import time
 import traceback
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +28,9 @@ from parity.errors import ParityError
 from parity.poison import poisoned
 from parity.spec import Impl, OpSpec, Problem, dtype_name
 from parity.tolerances import Tolerance, Tolerances
+
+log = logging.getLogger(__name__)
+"""Each phase of a case with its seconds, at INFO (``parity check --verbose``): where a long problem's minutes go."""
 
 
 @dataclass
@@ -251,41 +256,52 @@ bf16 grad.A error was 34 and 81 (17x and 20x its absolute bound) against 0.05 wh
 passed grad.A with a bound of 69."""
 
 
-def _compare(
-    spec: OpSpec,
-    dtype: str,
-    tolerances: Tolerances,
-    oracle: Run,
-    run: Run,
-    baseline: Run | None,
-    forward_only: bool = False,
-) -> tuple[list[QuantityResult], list[str], list[str]]:
-    """Judge each output and gradient of ``run``: (verdicts, errors, notes)."""
-    results: list[QuantityResult] = []
-    errors: list[str] = []
-    notes: list[str] = []
+@dataclass
+class Measured:
+    """One run compared with the oracle, its tensors dropped: the errors the run raised, each quantity's error
+    statistics, and why a quantity could not be compared (missing, wrong shape, the device failing)."""
+
+    run_errors: list[str] = field(default_factory=list)
+    stats: dict[str, ErrorStats] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def _measure(spec: OpSpec, oracle: Run, run: Run, forward_only: bool = False) -> Measured:
+    """Each output and gradient of ``run`` against the oracle. A comparison that raises (a device left broken by
+    the implementation, e.g. an illegal memory access) is an error of this run, not of the engine."""
+    measured = Measured(run_errors=list(run.errors))
     for name in spec.compared_names():
         if name not in oracle.values or (forward_only and name.startswith("grad.")):
             continue
         ref, got = oracle.values[name], run.values.get(name)
         if ref is None:
             if got is not None:
-                errors.append(f"{name}: the oracle returns None but the implementation returned a tensor")
+                measured.errors.append(f"{name}: the oracle returns None but the implementation returned a tensor")
             continue
         if got is None:
-            errors.append(f"{name}: missing (the oracle has shape {tuple(ref.shape)})")
+            measured.errors.append(f"{name}: missing (the oracle has shape {tuple(ref.shape)})")
             continue
         if tuple(got.shape) != tuple(ref.shape):
-            errors.append(f"{name}: shape {tuple(got.shape)} != oracle shape {tuple(ref.shape)}")
+            measured.errors.append(f"{name}: shape {tuple(got.shape)} != oracle shape {tuple(ref.shape)}")
             continue
-        stats = error_stats(got, ref)
-        base_stats = None
-        base_val = None if baseline is None else baseline.values.get(name)
-        if isinstance(base_val, torch.Tensor):
-            if tuple(base_val.shape) == tuple(ref.shape):
-                base_stats = error_stats(base_val, ref)
-                if base_stats.max_abs == float("inf"):
-                    base_stats = None  # a broken baseline must not widen the bound to infinity
+        try:
+            measured.stats[name] = error_stats(got, ref)
+        except Exception as exc:
+            measured.errors.append(f"{name}: comparing raised {type(exc).__name__}: {exc}".strip())
+    return measured
+
+
+def _judge(
+    spec: OpSpec, dtype: str, tolerances: Tolerances, measured: Measured, baseline: Measured | None
+) -> tuple[list[QuantityResult], list[str]]:
+    """The verdict on each measured quantity, bounded by the baseline's error where it has a usable one:
+    (verdicts, notes)."""
+    results: list[QuantityResult] = []
+    notes: list[str] = []
+    for name, stats in measured.stats.items():
+        base_stats = None if baseline is None else baseline.stats.get(name)
+        if base_stats is not None and base_stats.max_abs == float("inf"):
+            base_stats = None  # a broken baseline must not widen the bound to infinity
         tol = tolerances.lookup(spec.name, dtype, name)
         limit = bound(tol, base_stats, stats.oracle_max_abs)
         if base_stats is not None and base_stats.max_abs > BROKEN_BASELINE * bound(tol, None, stats.oracle_max_abs):
@@ -296,7 +312,7 @@ def _compare(
             )
         ok = stats.max_abs <= limit and stats.nan == 0 and stats.inf == 0
         results.append(QuantityResult(name, stats, base_stats, tol, limit, ok))
-    return results, errors, notes
+    return results, notes
 
 
 def check_inputs(spec: OpSpec, problem: Problem, inputs: Mapping[str, Any]) -> None:
@@ -311,7 +327,7 @@ def check_inputs(spec: OpSpec, problem: Problem, inputs: Mapping[str, Any]) -> N
                 )
 
 
-_SHARED: dict[tuple, tuple[Run, Run | None]] = {}
+_SHARED: dict[tuple, tuple[Run, Measured | None]] = {}
 _SHARED_LIMIT = 64
 _SHARED_GPU_BYTES = 16 << 30
 """The shared runs kept: at most _SHARED_LIMIT problems, and on the GPU at most this many bytes of their
@@ -355,11 +371,11 @@ def make_inputs(spec: OpSpec, problem: Problem, dtype: torch.dtype, seed: int, d
     return _INPUTS[key]
 
 
-def _remember(key: tuple, oracle: Run, base_run: Run | None) -> None:
-    """Keep the oracle and baseline runs of recent problems: checking several candidates one at a time
-    (one pytest case each) then runs the slow reference implementations once per problem."""
+def _remember(key: tuple, oracle: Run, baseline: Measured | None) -> None:
+    """Keep the oracle run and the baseline's measurement of recent problems: checking several candidates one at
+    a time (one pytest case each) then runs the slow reference implementations once per problem."""
     _SHARED.pop(key, None)
-    _SHARED[key] = (oracle, base_run)
+    _SHARED[key] = (oracle, baseline)
     while len(_SHARED) > _SHARED_LIMIT or (len(_SHARED) > 1 and _gpu_bytes() > _SHARED_GPU_BYTES):
         _SHARED.pop(next(iter(_SHARED)))
 
@@ -378,13 +394,11 @@ def forget() -> None:
 
 
 def _gpu_bytes() -> int:
-    """Bytes of GPU tensors held by the shared runs."""
+    """Bytes of GPU tensors held by the shared oracle runs."""
     return sum(
         v.numel() * v.element_size()
-        for runs in _SHARED.values()
-        for run in runs
-        if run is not None
-        for v in run.values.values()
+        for oracle, _ in _SHARED.values()
+        for v in oracle.values.values()
         if isinstance(v, torch.Tensor) and v.is_cuda
     )
 
@@ -436,6 +450,13 @@ def _run_problem(
     layout: str,
     relayout_inputs: Sequence[str],
 ) -> list[CaseResult]:
+    clock = time.monotonic()
+
+    def done(phase: str) -> None:
+        nonlocal clock
+        log.info("%s %s: %s in %.1f s", spec.name, dtype_name(dtype), phase, time.monotonic() - clock)
+        clock = time.monotonic()
+
     inputs = make_inputs(spec, problem, dtype, seed, device)
     inputs = {k: relayout(v, layout) if k in relayout_inputs else v for k, v in inputs.items()}
     check_inputs(spec, problem, inputs)
@@ -450,34 +471,47 @@ def _run_problem(
         layout,
         tuple(relayout_inputs),
     )
-    oracle, base_run = _SHARED.get(key, (None, None))
+    done("inputs")
+    oracle, baseline = _SHARED.get(key, (None, None))
     if oracle is None:
         oracle_impl, wide = spec.oracle(problem)
         oracle = execute(spec, oracle_impl.load(), {k: _upcast(v, wide) for k, v in inputs.items()}, upstream)
         if oracle.errors:
             raise RuntimeError(f"the oracle of {spec.name} failed on {dict(problem)}: {'; '.join(oracle.errors)}")
-    if base_run is None and spec.baseline is not None and any(i.name != spec.baseline.name for i in impls):
-        base_run = execute(spec, spec.baseline.load(), inputs, upstream)
-    _remember(key, oracle, base_run)
+        done(f"oracle {oracle_impl.name}")
     name = dtype_name(dtype)
-    results = []
-    for impl in impls:
-        is_baseline = spec.baseline is not None and impl.name == spec.baseline.name
+    base_name = spec.baseline.name if spec.baseline is not None else None
+
+    def measure(impl: Impl, fn: Callable[..., Any]) -> Measured:
+        return _measure(spec, oracle, execute(spec, fn, inputs, upstream if impl.backward else None), not impl.backward)
+
+    # The candidates run before the baseline: a baseline that breaks the device (an illegal memory access is
+    # sticky in a CUDA context) then fails only itself, and the candidates are judged by the absolute bounds.
+    measured: dict[int, list[tuple[str, Measured]]] = {}
+    for index in sorted(range(len(impls)), key=lambda i: impls[i].name == base_name):
+        impl = impls[index]
+        if impl.name == base_name and not poison:
+            continue  # judged below from the baseline's own clean run
         fn = impl.load()
-        grads = upstream if impl.backward else None
-        runs = [(p, execute(spec, poisoned(fn, p), inputs, grads)) for p in poison] or [
-            ("", base_run if is_baseline and base_run is not None else execute(spec, fn, inputs, grads))
-        ]
+        measured[index] = [(p, measure(impl, poisoned(fn, p) if p else fn)) for p in poison or ("",)]
+        done(impl.name)
+    if baseline is None and spec.baseline is not None and any(i.name != base_name or not poison for i in impls):
+        baseline = measure(spec.baseline, spec.baseline.load())
+        done(f"baseline {base_name}")
+    _remember(key, oracle, baseline)
+    results = []
+    for index, impl in enumerate(impls):
+        is_baseline = impl.name == base_name
+        runs = measured.get(index) or ([("", baseline)] if is_baseline and baseline is not None else [])
         case = None
         for pattern, run in runs:
             case = CaseResult(spec.name, impl.name, name, device, dict(problem), seed, layout=layout)
-            case.errors.extend(run.errors)
-            if base_run is not None and spec.baseline is not None and base_run.errors and not is_baseline:
-                case.notes.append(f"baseline {spec.baseline.name} failed, absolute bounds used: {base_run.errors[0]}")
-            if not run.errors:
-                case.quantities, case.errors, notes = _compare(
-                    spec, name, tolerances, oracle, run, None if is_baseline else base_run, not impl.backward
-                )
+            case.errors.extend(run.run_errors)
+            if baseline is not None and baseline.run_errors and not is_baseline:
+                case.notes.append(f"baseline {base_name} failed, absolute bounds used: {baseline.run_errors[0]}")
+            if not run.run_errors:
+                case.errors.extend(run.errors)
+                case.quantities, notes = _judge(spec, name, tolerances, run, None if is_baseline else baseline)
                 case.notes.extend(notes)
             if upstream is not None and not impl.backward:
                 case.notes.append("forward only: this implementation has no backward yet")

@@ -222,6 +222,37 @@ def test_a_broken_baseline_does_not_widen_the_bound():
     assert not intact.passed and not intact.notes
 
 
+def test_candidates_run_before_a_baseline_that_breaks_the_device():
+    """A baseline that leaves the device unusable (on CUDA an illegal memory access poisons the whole context, as
+    32-bit offsets wrapping past 2^31 can) fails alone: the candidates ran and were measured before it, and are
+    judged by the absolute bounds with a note; its own case reports the error."""
+    import dataclasses
+
+    from toy_op import baseline
+
+    calls: list[str] = []
+    broken_device = False
+
+    def candidate(x, a, d, chunk):
+        calls.append("candidate")
+        if broken_device:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return baseline(x, a, d, chunk)
+
+    def crashing(x, a, d, chunk):
+        nonlocal broken_device
+        calls.append("baseline")
+        broken_device = True
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    s = dataclasses.replace(spec(candidate), baseline=Impl("loop", crashing))
+    base, cand = run_problem(s, [s.impl("loop"), s.impl("candidate")], RAGGED, torch.float32, 11, "cpu", TOLS)
+    assert calls[0] == "candidate" and set(calls[1:]) == {"baseline"}, calls  # its poisoned run and its clean one
+    assert cand.passed and all(q.baseline is None for q in cand.quantities), cand.message()
+    assert any("baseline loop failed, absolute bounds used" in n for n in cand.notes), cand.notes
+    assert not base.passed and "illegal memory access" in base.message()
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_the_oracle_differentiates_the_upstream_gradient_the_candidates_get(dtype):
     """The oracle gets the case's upstream gradient with the values the candidates get (drawn, then rounded to the
