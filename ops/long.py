@@ -14,10 +14,10 @@ the (b, h, c, L) tensors (c * L >= l), so it needs h * l >= 2^31, an x of h * l 
 
 The memory of one case (:func:`ssd_memory`, bf16 inputs, estimated, not measured: the GPU run must compare it
 with ``torch.cuda.max_memory_allocated``), in bytes per element of the x-like tensors (x and z; B, C and dt alike):
-the inputs 2 (kept by the engine); while the oracle runs, its fp32 copies 4 and execute's two clones of them 8 (the
-arguments, and the copy that checks they were not modified in place), and the fp64 working set of one segment
-(:data:`SEGMENT_ELEMENTS` x elements, 64 x 8 bytes each); its outputs and gradients 4 (kept for every
-implementation), the upstream gradient of out 8 (the engine's fp64 draw, kept), the running implementation's
+the inputs 2 (kept by the engine); while the oracle runs, its fp32 copies 4 (its own: no clones, no in-place
+check) and the fp64 working set of one segment (:data:`SEGMENT_ELEMENTS` x elements, 64 x 8 bytes each); its
+outputs and gradients 4 (kept for every implementation), the upstream gradient of out 2 (the engine's draw, kept in
+the case's dtype), the running implementation's
 two clones 4 and outputs and gradients 2 (one at a time: each is compared as soon as it has run and only its
 error statistics are kept, the baseline's too), plus mamba-ssm's or Helion's
 intermediates (fp32 states three times: states, their gradient, the recomputed ones; CB; dA_cumsum and dt chunked)
@@ -27,13 +27,13 @@ bytes; an H200 holds 141 GB.
 =========== ===================== ========== ============ ============ ===================== ======= ========
 problem     sizes                 x elems    states elems x last offs  crosses (tensors)     segment peak GB
 =========== ===================== ========== ============ ============ ===================== ======= ========
-sequence    b1 l524388 L128 h64   2.148e9    2.148e9      past 2^31    sequence (x),         4096    100.5
+sequence    b1 l524388 L128 h64   2.148e9    2.148e9      past 2^31    sequence (x),         4096    87.7
             g8 p64 n128                                                chunk (states)
-batch       b2 l131072 L32 h64    1.074e9    4.295e9      2^30 - 1     batch (states)        2048    102.6
+batch       b2 l131072 L32 h64    1.074e9    4.295e9      2^30 - 1     batch (states)        2048    96.2
             g8 p64 n128 z
-chunk       b1 l131121 L32 h64    5.371e8    2.149e9      < 2^30       chunk (states)        4096    46.5
+chunk       b1 l131121 L32 h64    5.371e8    2.149e9      < 2^30       chunk (states)        4096    43.3
             nseq3 initial_states
-gated norm  262145 x 8 x 1024, z  2.147e9    -            past 2^31    row (x, z, out)       2048    103.1
+gated norm  262145 x 8 x 1024, z  2.147e9    -            past 2^31    row (x, z, out)       2048    71.9
 =========== ===================== ========== ============ ============ ===================== ======= ========
 """
 
@@ -182,9 +182,9 @@ def ssd_memory(p: Problem) -> dict[str, float]:
     seq = x_like + 2 * t["B"] + t["dt"]  # the sequence inputs (and their gradients)
     out = t["x"]
     kept_oracle = 4 * (out + seq)
-    upstream = 8 * out
+    upstream = 2 * out
     segment = 64 * 8 * SEGMENT_ELEMENTS
-    oracle_phase = 2 * seq + 12 * seq + kept_oracle + upstream + segment
+    oracle_phase = 2 * seq + 4 * seq + kept_oracle + upstream + segment
     impl = 4 * seq + 2 * (out + seq) + 3 * 4 * t["states"] + 4 * t["CB"] + 4 * 2 * t["dA_cumsum"]
     judge_phase = 2 * seq + kept_oracle + upstream + impl + COMPARE_BYTES
     return {"oracle": oracle_phase, "judge": judge_phase, "peak": max(oracle_phase, judge_phase)}
@@ -195,7 +195,7 @@ def norm_memory(p: Problem) -> float:
     the same accounting as :func:`ssd_memory`; the kernels keep only per-row statistics."""
     e = p["rows"] * p["ngroups"] * p["group_size"]
     seq = e * (2 if p.get("z") else 1)
-    kept = 2 * seq + 4 * (e + seq) + 8 * e  # the inputs, the oracle's outputs and gradients, the fp64 upstream
-    oracle_phase = kept + 12 * seq  # the oracle's fp32 copies of the inputs and execute's two clones of them
+    kept = 2 * seq + 4 * (e + seq) + 2 * e  # the inputs, the oracle's outputs and gradients, the upstream
+    oracle_phase = kept + 4 * seq  # the oracle's fp32 copies of the inputs
     judge_phase = kept + 4 * seq + 2 * (e + seq) + COMPARE_BYTES  # one implementation's clones, outputs, gradients
     return max(oracle_phase, judge_phase)

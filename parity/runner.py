@@ -136,9 +136,9 @@ def relayout(value: Any, layout: str) -> Any:
 
 def _upcast(value: Any, wide: torch.dtype = torch.float64) -> Any:
     """The oracle's view of an argument: float tensors and float dtype arguments become ``wide`` (float64, or what
-    the op's ``oracle_for`` asks for)."""
+    the op's ``oracle_for`` asks for); a tensor is always a fresh copy, the oracle's alone."""
     if isinstance(value, torch.Tensor) and value.is_floating_point():
-        return value.detach().to(wide)
+        return value.detach().to(wide, copy=True)
     if isinstance(value, torch.dtype) and value.is_floating_point:
         return wide
     return value
@@ -179,11 +179,14 @@ def execute(
     fn: Callable[..., Any],
     inputs: Mapping[str, Any],
     upstream: Callable[[str, torch.Tensor], torch.Tensor] | None,
+    private: bool = False,
 ) -> Run:
-    """Call ``fn`` on copies of ``inputs``; then backward with ``upstream(name, out)`` gradients."""
+    """Call ``fn`` on copies of ``inputs``; then backward with ``upstream(name, out)`` gradients. ``private``
+    inputs (the oracle's upcast copies, made for this call alone) are used as they are, unchecked for in-place
+    changes: at a long problem two more copies of every input would not fit beside it."""
     run = Run()
-    args = {k: _clone(v) for k, v in inputs.items()}
-    before = {k: _clone(v) for k, v in args.items() if isinstance(v, torch.Tensor)}
+    args = dict(inputs) if private else {k: _clone(v) for k, v in inputs.items()}
+    before = {} if private else {k: _clone(v) for k, v in args.items() if isinstance(v, torch.Tensor)}
     wanted = [n for n in spec.grad_inputs if isinstance(args.get(n), torch.Tensor)] if upstream else []
     for name in wanted:
         args[name].requires_grad_(True)
@@ -240,7 +243,7 @@ def upstream_grads(seed: int, dtype: torch.dtype) -> Callable[[str, torch.Tensor
         if key not in _UPSTREAM:
             gen = torch.Generator().manual_seed(seed * 1000003 + zlib.crc32(name.encode()))
             drawn = torch.randn(out.shape, generator=gen, dtype=torch.float64).to(dtype)
-            _UPSTREAM[key] = drawn.to(out.device, torch.float64)
+            _UPSTREAM[key] = drawn.to(out.device)  # kept in ``dtype``: every wider copy of it is exact
             while len(_UPSTREAM) > _UPSTREAM_LIMIT:
                 _UPSTREAM.pop(next(iter(_UPSTREAM)))
         return _UPSTREAM[key].to(dtype=out.dtype)
@@ -475,7 +478,9 @@ def _run_problem(
     oracle, baseline = _SHARED.get(key, (None, None))
     if oracle is None:
         oracle_impl, wide = spec.oracle(problem)
-        oracle = execute(spec, oracle_impl.load(), {k: _upcast(v, wide) for k, v in inputs.items()}, upstream)
+        wide_inputs = {k: _upcast(v, wide) for k, v in inputs.items()}
+        oracle = execute(spec, oracle_impl.load(), wide_inputs, upstream, private=True)
+        del wide_inputs
         if oracle.errors:
             raise RuntimeError(f"the oracle of {spec.name} failed on {dict(problem)}: {'; '.join(oracle.errors)}")
         done(f"oracle {oracle_impl.name}")
