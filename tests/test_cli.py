@@ -405,6 +405,30 @@ def test_check_prints_progress_lines_to_a_log_file():
     assert any(snapshot.endswith(lines[2] + "\n") for snapshot in log.flushed)
 
 
+def test_check_verbose_logs_each_phase_with_its_seconds(caplog):
+    """``--verbose``: the inputs, the oracle and each implementation's run, in the order they ran (the baseline
+    last), each with its seconds: where a long problem's minutes go."""
+    from parity import runner
+
+    runner.forget()  # an earlier test's oracle and baseline runs of this problem would be reused, not logged
+    with caplog.at_level("INFO", logger="parity.runner"):
+        proc = parity(
+            "check", "--op", "chunk_cumsum", "--dtype", "float32", "--forward-only", "--problem", TINY, "--verbose"
+        )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    phases = [r.getMessage() for r in caplog.records if r.name == "parity.runner"]
+    assert [m.split(": ", 1)[1].rsplit(" in ", 1)[0] for m in phases] == [
+        "inputs",
+        "oracle torch",
+        "helion",
+        "helion-cfg0",
+        "helion-cfg1",
+        "triton",
+        "baseline triton",
+    ], phases
+    assert all(m.startswith("chunk_cumsum float32: ") and m.endswith(" s") for m in phases), phases
+
+
 def test_check_on_a_terminal_shows_the_bar_not_the_lines():
     proc = parity(
         "check",
