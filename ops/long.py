@@ -17,12 +17,11 @@ with ``torch.cuda.max_memory_allocated``), in bytes per element of the x-like te
 the inputs 2 (kept by the engine); while the oracle runs, its fp32 copies 4 (its own: no clones, no in-place
 check) and the fp64 working set of one segment (:data:`SEGMENT_ELEMENTS` x elements, 64 x 8 bytes each); its
 outputs and gradients 4 (kept for every implementation), the upstream gradient of out 2 (the engine's draw, kept in
-the case's dtype), the running implementation's
-two clones 4 and outputs and gradients 2 (one at a time: each is compared as soon as it has run and only its
-error statistics are kept, the baseline's too), plus mamba-ssm's or Helion's
-intermediates (fp32 states three times: states, their gradient, the recomputed ones; CB; dA_cumsum and dt chunked)
-and the comparison's fp64 temporaries of one 2^26-element block (:data:`COMPARE_BYTES`; parity.compare). GB = 1e9
-bytes; an H200 holds 141 GB.
+the case's dtype), the running implementation's two clones 4 and outputs and gradients 2 (one at a time: each is
+compared as soon as it has run and only its error statistics are kept, the baseline's too), plus mamba-ssm's or
+Helion's intermediates (fp32 states three times: states, their gradient, the recomputed ones; CB; dA_cumsum and
+dt chunked) and the comparison's fp64 temporaries of one 2^26-element block (:data:`COMPARE_BYTES`;
+parity.compare). GB = 1e9 bytes; an H200 holds 141 GB.
 
 =========== ===================== ========== ============ ============ ===================== ======= ========
 problem     sizes                 x elems    states elems x last offs  crosses (tensors)     segment peak GB
