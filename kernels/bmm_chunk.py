@@ -11,6 +11,7 @@ import torch
 
 from contract.checks import check_bmm_chunk
 from kernels.launch import ConfigLike, launch
+from kernels.precision import acc_dtype, mma
 
 
 @helion.kernel(static_shapes=False, dot_precision="ieee")
@@ -31,6 +32,7 @@ def bmm_chunk_kernel(
     batch, seqlen, ngroups, k = a.shape
     chunk_size = hl.specialize(chunk_size)
     nchunks = (seqlen + chunk_size - 1) // chunk_size
+    wide = acc_dtype(dot_dtype)
     out = torch.empty([batch, nchunks, ngroups, chunk_size, chunk_size], dtype=out_dtype, device=a.device)
     for tile_b, tile_c, tile_g, tile_i, tile_j in hl.tile(
         [batch, nchunks, ngroups, chunk_size, chunk_size], block_size=[1, 1, 1, None, None]
@@ -39,11 +41,11 @@ def bmm_chunk_kernel(
         pos_j = tile_c.begin * chunk_size + tile_j.index
         valid_i = pos_i < seqlen
         valid_j = pos_j < seqlen
-        acc = hl.zeros([tile_i, tile_j], dtype=torch.float32)
+        acc = hl.zeros([tile_i, tile_j], dtype=wide)
         for tile_k in hl.tile(k):
             rows = hl.load(a, [tile_b.begin, pos_i, tile_g.begin, tile_k], extra_mask=valid_i[:, None])
             cols = hl.load(b, [tile_b.begin, pos_j, tile_g.begin, tile_k], extra_mask=valid_j[:, None])
-            acc = hl.dot(rows.to(dot_dtype), cols.to(dot_dtype).T, acc=acc)
+            acc = mma(rows.to(dot_dtype), cols.to(dot_dtype).T, acc)
         if seq_idx is not None:
             seq_i = hl.load(seq_idx, [tile_b.begin, pos_i], extra_mask=valid_i)
             seq_j = hl.load(seq_idx, [tile_b.begin, pos_j], extra_mask=valid_j)

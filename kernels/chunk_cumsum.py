@@ -12,6 +12,7 @@ import triton
 
 from contract.checks import check_chunk_cumsum
 from kernels.launch import ConfigLike, launch
+from kernels.precision import acc_dtype
 
 
 @helion.kernel(static_shapes=False)
@@ -33,21 +34,22 @@ def chunk_cumsum_kernel(
     batch, seqlen, nheads = dt.shape
     chunk_size = hl.specialize(chunk_size)
     nchunks = (seqlen + chunk_size - 1) // chunk_size
-    dA_cumsum = torch.empty([batch, nheads, nchunks, chunk_size], dtype=torch.float32, device=dt.device)
-    dt_out = torch.empty([batch, nheads, nchunks, chunk_size], dtype=torch.float32, device=dt.device)
+    wide = acc_dtype(dt.dtype)
+    dA_cumsum = torch.empty([batch, nheads, nchunks, chunk_size], dtype=wide, device=dt.device)
+    dt_out = torch.empty([batch, nheads, nchunks, chunk_size], dtype=wide, device=dt.device)
     for tile_b, tile_c, tile_h in hl.tile([batch, nchunks, nheads], block_size=[1, 1, None]):
         offs = hl.arange(chunk_block)
         in_chunk = offs < chunk_size
         pos = tile_c.begin * chunk_size + offs
         valid = in_chunk & (pos < seqlen)
-        step = hl.load(dt, [tile_b.begin, pos, tile_h], extra_mask=valid[:, None]).to(torch.float32)
+        step = hl.load(dt, [tile_b.begin, pos, tile_h], extra_mask=valid[:, None]).to(wide)
         if dt_bias is not None:
-            step = step + dt_bias[tile_h].to(torch.float32)[None, :]
+            step = step + dt_bias[tile_h].to(wide)[None, :]
         if dt_softplus:
             step = torch.nn.functional.softplus(step, beta=1.0, threshold=20.0)
         step = torch.clamp(step, dt_min, dt_max)
         step = torch.where(valid[:, None], step, 0.0).permute(1, 0)  # [heads, chunk]
-        decay = step * A[tile_h].to(torch.float32)[:, None]
+        decay = step * A[tile_h].to(wide)[:, None]
         hl.store(dt_out, [tile_b.begin, tile_h, tile_c.begin, offs], step, extra_mask=in_chunk[None, :])
         cumsum = torch.cumsum(decay, dim=1)
         # Past seqlen the sum must equal the last real position's bit for bit: the chunk decay is read at the

@@ -11,6 +11,7 @@ import torch
 
 from contract.checks import check_chunk_state
 from kernels.launch import ConfigLike, launch
+from kernels.precision import acc_dtype, mma
 
 
 @helion.kernel(static_shapes=False, dot_precision="ieee")
@@ -34,6 +35,7 @@ def chunk_state_kernel(
     ngroups, dstate = B.shape[2], B.shape[3]
     nchunks, chunk_size = dt.shape[2], dt.shape[3]
     heads_per_group = nheads // ngroups
+    wide = acc_dtype(x.dtype)
     states = torch.empty([batch, nchunks, nheads, headdim, dstate], dtype=states_dtype, device=x.device)
     for tile_b, tile_c, tile_h, tile_p, tile_n in hl.tile(
         [batch, nchunks, nheads, headdim, dstate], block_size=[1, 1, 1, None, None]
@@ -44,12 +46,12 @@ def chunk_state_kernel(
         if seq_idx is not None:
             last_pos = min(start + chunk_size, seqlen) - 1
             seq_last = seq_idx[tile_b.begin, last_pos]
-        acc = hl.zeros([tile_p, tile_n], dtype=torch.float32)
+        acc = hl.zeros([tile_p, tile_n], dtype=wide)
         for tile_k in hl.tile(chunk_size):
             pos = start + tile_k.index
             valid = pos < seqlen
             xs = hl.load(x, [tile_b.begin, pos, tile_h.begin, tile_p], extra_mask=valid[:, None])
-            bs = hl.load(B, [tile_b.begin, pos, group, tile_n], extra_mask=valid[:, None]).to(torch.float32)
+            bs = hl.load(B, [tile_b.begin, pos, group, tile_n], extra_mask=valid[:, None]).to(wide)
             dA_k = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_k]
             dt_k = dt[tile_b.begin, tile_h.begin, tile_c.begin, tile_k]
             scale = torch.exp(torch.clamp(dA_last - dA_k, max=0.0)) * dt_k
@@ -58,7 +60,7 @@ def chunk_state_kernel(
                 seq_k = hl.load(seq_idx, [tile_b.begin, pos], extra_mask=valid)
                 keep = valid & (seq_k == seq_last) & (seq_last >= 0)
             scale = torch.where(keep, scale, 0.0)
-            acc = hl.dot(xs.T, (bs * scale[:, None]).to(xs.dtype), acc=acc)
+            acc = mma(xs.T, (bs * scale[:, None]).to(xs.dtype), acc)
         states[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n] = acc.to(states_dtype)
     return states
 
@@ -88,6 +90,7 @@ def chunk_state_varlen_kernel(
     chunk_size = hl.specialize(chunk_size)
     nseq = cu_seqlens.size(0) - 1
     heads_per_group = nheads // ngroups
+    wide = acc_dtype(x.dtype)
     states = torch.empty([nseq, nheads, headdim, dstate], dtype=chunk_states.dtype, device=x.device)
     for tile_s, tile_h, tile_p, tile_n in hl.tile([nseq, nheads, headdim, dstate], block_size=[1, 1, None, None]):
         group = tile_h.begin // heads_per_group
@@ -98,17 +101,17 @@ def chunk_state_varlen_kernel(
         chunk = last // chunk_size
         chunk_start = chunk * chunk_size
         dA_last = dA_cumsum[tile_h.begin, last]
-        acc = hl.zeros([tile_p, tile_n], dtype=torch.float32)
+        acc = hl.zeros([tile_p, tile_n], dtype=wide)
         for tile_k in hl.tile(chunk_size):
             pos = chunk_start + tile_k.index
             valid = (pos >= seq_start) & (pos <= last) & nonempty
             xs = hl.load(x, [pos, tile_h.begin, tile_p], extra_mask=valid[:, None])
-            bs = hl.load(B, [pos, group, tile_n], extra_mask=valid[:, None]).to(torch.float32)
+            bs = hl.load(B, [pos, group, tile_n], extra_mask=valid[:, None]).to(wide)
             dA_k = hl.load(dA_cumsum, [tile_h.begin, pos])
             dt_k = hl.load(dt, [tile_h.begin, pos])
             scale = torch.where(valid, torch.exp(torch.clamp(dA_last - dA_k, max=0.0)) * dt_k, 0.0)
-            acc = hl.dot(xs.T, (bs * scale[:, None]).to(xs.dtype), acc=acc)
-        carried = chunk_states[chunk, tile_h.begin, tile_p, tile_n].to(torch.float32)
+            acc = mma(xs.T, (bs * scale[:, None]).to(xs.dtype), acc)
+        carried = chunk_states[chunk, tile_h.begin, tile_p, tile_n].to(wide)
         acc = acc + torch.where(nonempty & (seq_start < chunk_start), torch.exp(dA_last), 0.0) * carried
         states[tile_s.begin, tile_h.begin, tile_p, tile_n] = acc.to(states.dtype)
     return states
@@ -134,7 +137,7 @@ def chunk_state_args(
     """Validate the wrapper's arguments and return the arguments of :data:`chunk_state_kernel` (what a tuner
     passes to ``chunk_state_kernel.autotune``)."""
     check_chunk_state(B, x, dt, dA_cumsum, seq_idx)
-    return (B, x, dt, dA_cumsum, seq_idx, torch.float32 if states_in_fp32 else B.dtype)
+    return (B, x, dt, dA_cumsum, seq_idx, acc_dtype(x.dtype) if states_in_fp32 else B.dtype)
 
 
 def chunk_state_fwd(

@@ -206,8 +206,14 @@ class MambaChunkScanCombinedFn(torch.autograd.Function):
     def backward(
         ctx: Any, dout: torch.Tensor | None, dfinal_states: torch.Tensor | None, *_: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, ...]:
-        x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, out_x = ctx.saved_tensors
+        inputs = ctx.saved_tensors
         chunk_size, dt_softplus, dt_limit, configs = ctx.settings
+        # fp32 inputs: the backward, and the forward it recomputes, run on fp64 copies, so every gradient is the
+        # exact gradient of the fp32 inputs rounded once (no fp32 implementation gets closer; issue 12).
+        wide = torch.float64 if inputs[0].dtype == torch.float32 else None
+        x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, out_x = (
+            t.to(wide) if wide is not None and t is not None and t.is_floating_point() else t for t in inputs
+        )
         saved = {
             "x": x,
             "dt": dt,
@@ -223,24 +229,29 @@ class MambaChunkScanCombinedFn(torch.autograd.Function):
             "dt_limit": dt_limit,
             "out_x": out_x,
         }
+        entering = torch.float32 if wide is None else wide
         fwd = _chain(
-            x, dt, A, B, C, chunk_size, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit, configs, torch.float32
+            x, dt, A, B, C, chunk_size, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit, configs, entering
         )
-        dout = torch.zeros_like(x) if dout is None else _last_dim_contiguous(dout)
+        dout = torch.zeros_like(x) if dout is None else _last_dim_contiguous(dout.to(x.dtype))
         g = ssd_combined_bwd.ssd_combined_bwd(
-            dout, None if dfinal_states is None else dfinal_states.float(), saved, fwd, configs
+            dout, None if dfinal_states is None else dfinal_states.to(entering), saved, fwd, configs
         )
+        names = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states")
+        grads = {
+            name: None if g.get(name) is None else g[name].to(t.dtype) for name, t in zip(names, inputs, strict=False)
+        }
         return (
-            g["x"],
-            g["dt"],
-            g["A"],
-            g["B"],
-            g["C"],
+            grads["x"],
+            grads["dt"],
+            grads["A"],
+            grads["B"],
+            grads["C"],
             None,
-            g.get("D"),
-            g.get("z"),
-            g.get("dt_bias"),
-            g.get("initial_states"),
+            grads["D"],
+            grads["z"],
+            grads["dt_bias"],
+            grads["initial_states"],
             None,
             None,
             None,

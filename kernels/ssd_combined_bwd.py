@@ -40,6 +40,7 @@ import torch.nn.functional as F
 import triton
 
 from kernels.launch import ConfigLike, launch
+from kernels.precision import acc_dtype, mma
 from kernels.state_passing import affine_combine, chunk_end_sequences
 
 _DOT = {"static_shapes": False, "dot_precision": "ieee"}
@@ -55,18 +56,19 @@ def dstates_kernel(
     ngroups, dstate = C.shape[2], C.shape[3]
     nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
     heads_per_group = nheads // ngroups
-    dstates = torch.empty([batch, nchunks, nheads, headdim, dstate], dtype=torch.float32, device=dy.device)
+    wide = acc_dtype(dy.dtype)
+    dstates = torch.empty([batch, nchunks, nheads, headdim, dstate], dtype=wide, device=dy.device)
     for tile_b, tile_c, tile_h, tile_p, tile_n in hl.tile(
         [batch, nchunks, nheads, headdim, dstate], block_size=[1, 1, 1, None, None]
     ):
         group = tile_h.begin // heads_per_group
         start = tile_c.begin * chunk_size
-        acc = hl.zeros([tile_p, tile_n], dtype=torch.float32)
+        acc = hl.zeros([tile_p, tile_n], dtype=wide)
         for tile_l in hl.tile(chunk_size):
             pos = start + tile_l.index
             valid = pos < seqlen
             dys = hl.load(dy, [tile_b.begin, pos, tile_h.begin, tile_p], extra_mask=valid[:, None])
-            cs = hl.load(C, [tile_b.begin, pos, group, tile_n], extra_mask=valid[:, None]).to(torch.float32)
+            cs = hl.load(C, [tile_b.begin, pos, group, tile_n], extra_mask=valid[:, None]).to(wide)
             scale = torch.exp(dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_l])
             if seq_idx is not None:
                 seq_l = hl.load(seq_idx, [tile_b.begin, pos], extra_mask=valid)
@@ -74,7 +76,7 @@ def dstates_kernel(
                 seq_prev = hl.load(seq_idx, [tile_b.begin, prev_pos], extra_mask=prev_pos >= 0)
                 scale = torch.where(seq_l == seq_prev, scale, 0.0)
             scale = torch.where(valid, scale, 0.0)
-            acc = hl.dot(dys.T, (cs * scale[:, None]).to(dys.dtype), acc=acc)
+            acc = mma(dys.T, (cs * scale[:, None]).to(dys.dtype), acc)
         dstates[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n] = acc
     return dstates
 
@@ -101,8 +103,8 @@ def state_passing_bwd_kernel(
     when exp(a_last) is small) and sums its dim-long dot product in fp64 (the fp32 sum was the largest error
     in grad.A)."""
     batch, nchunks, nheads, dim = dstates.shape
-    dS = torch.empty([batch, nchunks, nheads, dim], dtype=torch.float32, device=dstates.device)
-    dinitial = torch.empty([batch, nheads, dim], dtype=torch.float32, device=dstates.device)
+    dS = torch.empty([batch, nchunks, nheads, dim], dtype=dstates.dtype, device=dstates.device)
+    dinitial = torch.empty([batch, nheads, dim], dtype=dstates.dtype, device=dstates.device)
     for tile_b, tile_h, tile_d in hl.tile([batch, nheads, dim], block_size=[1, 1, None]):
         k = hl.arange(chunk_block)
         real = k < nchunks
@@ -162,6 +164,7 @@ def dx_kernel(
     ngroups, dstate = B.shape[2], B.shape[3]
     nchunks, chunk_size = dt.shape[2], dt.shape[3]
     heads_per_group = nheads // ngroups
+    wide = acc_dtype(x.dtype)
     dx = torch.empty_like(x)
     for tile_b, tile_c, tile_h, tile_s, tile_p in hl.tile(
         [batch, nchunks, nheads, chunk_size, headdim], block_size=[1, 1, 1, None, None]
@@ -178,13 +181,13 @@ def dx_kernel(
             seq_last = seq_idx[tile_b.begin, min(start + chunk_size, seqlen) - 1]
             seq_s = hl.load(seq_idx, [tile_b.begin, pos_s], extra_mask=valid_s)
             keep_s = valid_s & (seq_s == seq_last) & (seq_last >= 0)
-        acc = hl.zeros([tile_s, tile_p], dtype=torch.float32)
+        acc = hl.zeros([tile_s, tile_p], dtype=wide)
         for tile_n in hl.tile(dstate):
             bs = hl.load(B, [tile_b.begin, pos_s, group, tile_n], extra_mask=valid_s[:, None])
             ds = dS[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n].to(bs.dtype)
-            acc = hl.dot(bs, ds.T, acc=acc)
+            acc = mma(bs, ds.T, acc)
         acc = acc * torch.where(keep_s, torch.exp(torch.clamp(dA_last - dA_s, max=0.0)), 0.0)[:, None]
-        xs = hl.load(x, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None]).to(torch.float32)
+        xs = hl.load(x, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None]).to(wide)
         hl.atomic_add(
             ddA_state,
             [tile_b.begin, tile_h.begin, tile_c.begin, tile_s],
@@ -193,13 +196,13 @@ def dx_kernel(
         for tile_l in hl.tile(tile_s.begin, chunk_size):
             pos_l = start + tile_l.index
             valid_l = pos_l < seqlen
-            weights = cb[tile_b.begin, tile_c.begin, group, tile_l, tile_s].to(torch.float32)
+            weights = cb[tile_b.begin, tile_c.begin, group, tile_l, tile_s].to(wide)
             dA_l = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_l]
             weights = weights * torch.exp(torch.clamp(dA_l[:, None] - dA_s[None, :], max=0.0))
             keep = (tile_l.index[:, None] >= tile_s.index[None, :]) & valid_l[:, None]
             weights = torch.where(keep, weights, 0.0)
             dys = hl.load(dy, [tile_b.begin, pos_l, tile_h.begin, tile_p], extra_mask=valid_l[:, None])
-            acc = hl.dot(weights.T.to(dys.dtype), dys, acc=acc)
+            acc = mma(weights.T.to(dys.dtype), dys, acc)
         hl.atomic_add(
             ddt,
             [tile_b.begin, tile_h.begin, tile_c.begin, tile_s],
@@ -208,11 +211,11 @@ def dx_kernel(
         grad = acc * dt_s[:, None]
         if D is not None:
             dy_s = hl.load(dy, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None])
-            dy_s = dy_s.to(torch.float32)
+            dy_s = dy_s.to(wide)
             if D.ndim == 2:
-                grad = grad + dy_s * D[tile_h.begin, tile_p].to(torch.float32)[None, :]
+                grad = grad + dy_s * D[tile_h.begin, tile_p].to(wide)[None, :]
             else:
-                grad = grad + dy_s * D[tile_h.begin].to(torch.float32)
+                grad = grad + dy_s * D[tile_h.begin].to(wide)
             hl.atomic_add(dD, [tile_h.begin, tile_p], torch.sum(dy_s.to(torch.float64) * xs.to(torch.float64), dim=0))
         hl.store(dx, [tile_b.begin, pos_s, tile_h.begin, tile_p], grad.to(dx.dtype), extra_mask=valid_s[:, None])
     return dx
@@ -239,6 +242,7 @@ def dcb_kernel(
     ngroups = cb.shape[2]
     nchunks, chunk_size = dt.shape[2], dt.shape[3]
     heads_per_group = nheads // ngroups
+    wide = acc_dtype(x.dtype)
     dcb = torch.empty_like(cb)
     for tile_b, tile_c, tile_g, tile_l, tile_s in hl.tile(
         [batch, nchunks, ngroups, chunk_size, chunk_size], block_size=[1, 1, 1, None, None]
@@ -254,16 +258,16 @@ def dcb_kernel(
             seq_s = hl.load(seq_idx, [tile_b.begin, pos_s], extra_mask=valid_s)
             keep = keep & (seq_l[:, None] == seq_s[None, :])
         below = tile_l.index[:, None] > tile_s.index[None, :]
-        weights = cb[tile_b.begin, tile_c.begin, tile_g.begin, tile_l, tile_s].to(torch.float32)
-        total = hl.zeros([tile_l, tile_s], dtype=torch.float32)
+        weights = cb[tile_b.begin, tile_c.begin, tile_g.begin, tile_l, tile_s].to(wide)
+        total = hl.zeros([tile_l, tile_s], dtype=wide)
         for tile_h in hl.tile(
             tile_g.begin * heads_per_group, tile_g.begin * heads_per_group + heads_per_group, block_size=1
         ):
-            acc = hl.zeros([tile_l, tile_s], dtype=torch.float32)
+            acc = hl.zeros([tile_l, tile_s], dtype=wide)
             for tile_p in hl.tile(headdim):
                 dys = hl.load(dy, [tile_b.begin, pos_l, tile_h.begin, tile_p], extra_mask=valid_l[:, None])
                 xs = hl.load(x, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None])
-                acc = hl.dot(dys, xs.T, acc=acc)
+                acc = mma(dys, xs.T, acc)
             dA_l = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_l]
             dA_s = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
             dt_s = dt[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
@@ -304,6 +308,7 @@ def dc_kernel(
     ngroups, dstate = C.shape[2], C.shape[3]
     nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
     heads_per_group = nheads // ngroups
+    wide = acc_dtype(dy.dtype)
     dC = torch.empty_like(C)
     for tile_b, tile_c, tile_g, tile_l, tile_n in hl.tile(
         [batch, nchunks, ngroups, chunk_size, dstate], block_size=[1, 1, 1, None, None]
@@ -317,16 +322,16 @@ def dc_kernel(
             prev_pos = pos_l - tile_l.index - 1
             seq_prev = hl.load(seq_idx, [tile_b.begin, prev_pos], extra_mask=prev_pos >= 0)
             mask_l = valid_l & (seq_l == seq_prev)
-        cs = hl.load(C, [tile_b.begin, pos_l, tile_g.begin, tile_n], extra_mask=valid_l[:, None]).to(torch.float32)
-        acc = hl.zeros([tile_l, tile_n], dtype=torch.float32)
+        cs = hl.load(C, [tile_b.begin, pos_l, tile_g.begin, tile_n], extra_mask=valid_l[:, None]).to(wide)
+        acc = hl.zeros([tile_l, tile_n], dtype=wide)
         for tile_h in hl.tile(
             tile_g.begin * heads_per_group, tile_g.begin * heads_per_group + heads_per_group, block_size=1
         ):
-            part = hl.zeros([tile_l, tile_n], dtype=torch.float32)
+            part = hl.zeros([tile_l, tile_n], dtype=wide)
             for tile_p in hl.tile(headdim):
                 dys = hl.load(dy, [tile_b.begin, pos_l, tile_h.begin, tile_p], extra_mask=valid_l[:, None])
                 hs = states[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n].to(dys.dtype)
-                part = hl.dot(dys, hs, acc=part)
+                part = mma(dys, hs, part)
             scale = torch.exp(dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_l])
             part = part * torch.where(mask_l, scale, 0.0)[:, None]
             acc = acc + part
@@ -339,7 +344,7 @@ def dc_kernel(
             pos_s = start + tile_s.index
             bs = hl.load(B, [tile_b.begin, pos_s, tile_g.begin, tile_n], extra_mask=(pos_s < seqlen)[:, None])
             weights = dcb[tile_b.begin, tile_c.begin, tile_g.begin, tile_l, tile_s]
-            acc = hl.dot(weights.to(bs.dtype), bs, acc=acc)
+            acc = mma(weights.to(bs.dtype), bs, acc)
         hl.store(dC, [tile_b.begin, pos_l, tile_g.begin, tile_n], acc.to(dC.dtype), extra_mask=valid_l[:, None])
     return dC
 
@@ -360,6 +365,7 @@ def db_kernel(
     ngroups, dstate = C.shape[2], C.shape[3]
     nchunks, chunk_size = dt.shape[2], dt.shape[3]
     heads_per_group = nheads // ngroups
+    wide = acc_dtype(x.dtype)
     dB = torch.empty_like(C)
     for tile_b, tile_c, tile_g, tile_s, tile_n in hl.tile(
         [batch, nchunks, ngroups, chunk_size, dstate], block_size=[1, 1, 1, None, None]
@@ -372,15 +378,15 @@ def db_kernel(
             seq_last = seq_idx[tile_b.begin, min(start + chunk_size, seqlen) - 1]
             seq_s = hl.load(seq_idx, [tile_b.begin, pos_s], extra_mask=valid_s)
             keep_s = valid_s & (seq_s == seq_last) & (seq_last >= 0)
-        acc = hl.zeros([tile_s, tile_n], dtype=torch.float32)
+        acc = hl.zeros([tile_s, tile_n], dtype=wide)
         for tile_h in hl.tile(
             tile_g.begin * heads_per_group, tile_g.begin * heads_per_group + heads_per_group, block_size=1
         ):
-            part = hl.zeros([tile_s, tile_n], dtype=torch.float32)
+            part = hl.zeros([tile_s, tile_n], dtype=wide)
             for tile_p in hl.tile(headdim):
                 xs = hl.load(x, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None])
                 ds = dS[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n].to(xs.dtype)
-                part = hl.dot(xs, ds, acc=part)
+                part = mma(xs, ds, part)
             dA_s = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
             dA_last = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, chunk_size - 1]
             scale = (
@@ -391,7 +397,7 @@ def db_kernel(
             pos_l = start + tile_l.index
             cs = hl.load(C, [tile_b.begin, pos_l, tile_g.begin, tile_n], extra_mask=(pos_l < seqlen)[:, None])
             weights = dcb[tile_b.begin, tile_c.begin, tile_g.begin, tile_l, tile_s]
-            acc = hl.dot(weights.T.to(cs.dtype), cs, acc=acc)
+            acc = mma(weights.T.to(cs.dtype), cs, acc)
         hl.store(dB, [tile_b.begin, pos_s, tile_g.begin, tile_n], acc.to(dB.dtype), extra_mask=valid_s[:, None])
     return dB
 
@@ -440,10 +446,11 @@ def ssd_combined_bwd(
     dA_cumsum, dt_out = fwd["dA_cumsum"], fwd["dt_out"]
     nchunks, chunk_size = dt_out.shape[2:]
     grads: dict[str, torch.Tensor | None] = {}
+    wide = acc_dtype(x.dtype)
     if z is not None:  # out = y * silu(z): the gate's gradient, and dy
-        zf, y = z.float(), saved["out_x"].float()
+        zf, y = z.to(wide), saved["out_x"].to(wide)
         sig = torch.sigmoid(zf)
-        dout_f = dout.float()
+        dout_f = dout.to(wide)
         grads["z"] = (dout_f * y * sig * (1 + zf * (1 - sig))).to(z.dtype)
         dy = (dout_f * zf * sig).to(x.dtype)
     else:
@@ -489,7 +496,7 @@ def ssd_combined_bwd(
     ddA = ddA.flip(-1).cumsum(-1).flip(-1)
     ddA[:, :, :, 1:] += (ddA_next + ddA_state.cumsum(-1))[:, :, :, :-1]
     A = saved["A"]
-    ddt = ddt + ddA * A.float()[None, :, None, None]
+    ddt = ddt + ddA * A.to(ddA.dtype)[None, :, None, None]
     grads["A"] = (ddA * dt_out).sum((0, 2, 3)).to(A.dtype)
     grads.update(_dt_grads(ddt, saved, seqlen))
     if D is not None:
@@ -507,7 +514,8 @@ def _dt_grads(ddt_chunked: torch.Tensor, saved: Mapping[str, Any], seqlen: int) 
     dt, dt_bias = saved["dt"], saved["dt_bias"]
     batch, nheads = ddt_chunked.shape[:2]
     grad = ddt_chunked.permute(0, 2, 3, 1).reshape(batch, -1, nheads)[:, :seqlen]
-    d = dt.float() if dt_bias is None else dt.float() + dt_bias.float()
+    wide = acc_dtype(dt.dtype)
+    d = dt.to(wide) if dt_bias is None else dt.to(wide) + dt_bias.to(wide)
     processed = d
     if saved["dt_softplus"]:
         processed = torch.where(d <= 20.0, F.softplus(d), d)

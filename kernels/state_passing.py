@@ -13,6 +13,7 @@ import triton
 
 from contract.checks import check_state_passing
 from kernels.launch import ConfigLike, launch
+from kernels.precision import acc_dtype
 
 
 def affine_combine(
@@ -55,26 +56,23 @@ def state_passing_kernel(
     and its dimension is never of size 1. Padded chunks load as (0, 0) and come after the real ones, so
     they change no prefix."""
     batch, nchunks, nheads, dim = states.shape
+    wide = acc_dtype(states.dtype)
     out = torch.empty([batch, nchunks, nheads, dim], dtype=out_dtype, device=states.device)
-    final_states = torch.empty([batch, nheads, dim], dtype=torch.float32, device=states.device)
+    final_states = torch.empty([batch, nheads, dim], dtype=wide, device=states.device)
     for tile_b, tile_h, tile_d in hl.tile([batch, nheads, dim], block_size=[1, 1, None]):
         chunk = hl.arange(chunk_block)
         real = chunk < nchunks
-        update = hl.load(states, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None]).to(
-            torch.float32
-        )
-        decay = torch.exp(
-            hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk], extra_mask=real).to(torch.float32)
-        )
+        update = hl.load(states, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None]).to(wide)
+        decay = torch.exp(hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk], extra_mask=real).to(wide))
         if seq_idx is not None:
             seq_end, seq_before = chunk_end_sequences(seq_idx, tile_b.begin, chunk, chunk_size, real)
             decay = torch.where(seq_end == seq_before, decay, 0.0)
         scale, state = hl.associative_scan(affine_combine, (decay[:, None] + torch.zeros_like(update), update), dim=0)
         if initial_states is not None:
-            start = initial_states[tile_b.begin, tile_h.begin, tile_d].to(torch.float32)
+            start = initial_states[tile_b.begin, tile_h.begin, tile_d].to(wide)
             state = state + scale * start[None, :]
         else:
-            start = hl.zeros([tile_d], dtype=torch.float32)
+            start = hl.zeros([tile_d], dtype=wide)
         # state[c] is the state after chunk c: out[c + 1] for c < nchunks - 1, final_states for the last.
         out[tile_b.begin, 0, tile_h.begin, tile_d] = start.to(out_dtype)
         if nchunks > 1:  # with nchunks == 1, Helion drops the (size-1) chunk index and the store mis-shapes
