@@ -25,10 +25,9 @@ def bmm_chunk_kernel(
 ) -> torch.Tensor:
     """a, b (batch, seqlen, ngroups, k) -> out (batch, nchunks, ngroups, chunk_size, chunk_size) in out_dtype.
 
-    One program per (batch, chunk, group, row block, column block), looping over k; products in dot_dtype
-    with fp32 accumulation, true fp32 (not TF32) for fp32 inputs. Rows and columns are tiles of chunk_size,
-    offset by the chunk start; positions past seqlen are masked explicitly (hl.tile masks only against
-    chunk_size)."""
+    One program per (batch, chunk, group, row block, column block), looping over k; products in dot_dtype with fp32
+    accumulation, true fp32 (not TF32) for fp32 inputs (fp64 for fp64 inputs). Rows and columns are tiles of chunk_size,
+    offset by the chunk start; positions past seqlen are masked explicitly (hl.tile masks only against chunk_size)."""
     batch, seqlen, ngroups, k = a.shape
     chunk_size = hl.specialize(chunk_size)
     nchunks = (seqlen + chunk_size - 1) // chunk_size
@@ -92,12 +91,11 @@ def bmm_chunk_fwd(
     """a, b (batch, seqlen, k) or (batch, seqlen, ngroups, k) -> out (batch, nchunks, chunk_size, chunk_size)
     or (batch, nchunks, ngroups, chunk_size, chunk_size), in output_dtype (default a.dtype).
 
-    out[..., i, j] = sum_k a[c*chunk_size + i, k] * b[c*chunk_size + j, k], zero where i or j lies past seqlen
-    or seq_idx differs between them. mamba-ssm computes the products in the lower of the two input
-    precisions; here inputs of one dtype multiply in that dtype and mixed inputs in fp32, always accumulated
-    in fp32. causal: mamba-ssm defines only out[i, j] for i >= j then (it leaves the blocks wholly above the
-    diagonal unwritten, and writes the full product elsewhere); like reference/bmm_chunk.py this port
-    returns the full product everywhere."""
+    out[..., i, j] = sum_k a[c*chunk_size + i, k] * b[c*chunk_size + j, k], zero where i or j lies past seqlen or
+    seq_idx differs between them. mamba-ssm computes the products in the lower of the two input precisions; here inputs
+    of one dtype multiply in that dtype and mixed inputs in fp32, accumulated in fp32 (fp64 inputs in fp64). causal:
+    mamba-ssm defines only out[i, j] for i >= j then (it leaves the blocks wholly above the diagonal unwritten, and
+    writes the full product elsewhere); like reference/bmm_chunk.py this port returns the full product everywhere."""
     out = launch(bmm_chunk_kernel, bmm_chunk_args(a, b, chunk_size, seq_idx, causal, output_dtype), config)
     return out if a.dim() == 4 else out.squeeze(2)
 

@@ -26,7 +26,7 @@ def chunk_cumsum_kernel(
     chunk_block: hl.constexpr,
     dt_softplus: hl.constexpr,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dA_cumsum, dt_out), both fp32 (batch, nheads, nchunks, chunk_size).
+    """(dA_cumsum, dt_out), both fp32 (fp64 for fp64 dt) (batch, nheads, nchunks, chunk_size).
 
     One program per (batch, chunk, block of heads); the whole chunk is one ``hl.arange(chunk_block)``
     (chunk_block = next power of two >= chunk_size), so the cumsum never spans a tile boundary whatever the
@@ -103,7 +103,8 @@ def chunk_cumsum_fwd(
     *,
     config: ConfigLike = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """dt (batch, seqlen, nheads), A (nheads,) -> (dA_cumsum, dt_out), fp32 (batch, nheads, nchunks, chunk_size).
+    """dt (batch, seqlen, nheads), A (nheads,) -> (dA_cumsum, dt_out), fp32 (fp64 for fp64 dt) (batch, nheads, nchunks,
+    chunk_size).
 
     dt_out = clamp(softplus?(dt + dt_bias), *dt_limit) (softplus only where the argument is <= 20), zero
     past seqlen; dA_cumsum = cumsum of dt_out * A within each chunk, past seqlen a copy of its last value."""

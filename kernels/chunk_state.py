@@ -26,11 +26,11 @@ def chunk_state_kernel(
     """B (batch, seqlen, ngroups, dstate), x (batch, seqlen, nheads, headdim), dt and dA_cumsum (batch, nheads,
     nchunks, chunk_size) -> states (batch, nchunks, nheads, headdim, dstate) in states_dtype.
 
-    One program per (batch, chunk, head, headdim block, dstate block), looping over the chunk's positions.
-    As in mamba-ssm, B is scaled in fp32, rounded to x's dtype and multiplied with x in that dtype with fp32
-    accumulation (true fp32, not TF32, for fp32 inputs). Positions past seqlen are masked explicitly (hl.tile
-    masks only against chunk_size); "last" is the chunk's final slot, where dA_cumsum stays flat past
-    seqlen. With seq_idx only positions of the sequence of the chunk's last real position contribute."""
+    One program per (batch, chunk, head, headdim block, dstate block), looping over the chunk's positions. As in
+    mamba-ssm, B is scaled in fp32, rounded to x's dtype and multiplied with x in that dtype with fp32 accumulation
+    (true fp32, not TF32, for fp32 inputs; fp64 inputs compute in fp64). Positions past seqlen are masked explicitly
+    (hl.tile masks only against chunk_size); "last" is the chunk's final slot, where dA_cumsum stays flat past seqlen.
+    With seq_idx only positions of the sequence of the chunk's last real position contribute."""
     batch, seqlen, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]
     nchunks, chunk_size = dt.shape[2], dt.shape[3]
@@ -151,8 +151,8 @@ def chunk_state_fwd(
     config: ConfigLike = None,
 ) -> torch.Tensor:
     """B (batch, seqlen, ngroups, dstate), x (batch, seqlen, nheads, headdim), dt and dA_cumsum (fp32, batch,
-    nheads, nchunks, chunk_size) -> states (batch, nchunks, nheads, headdim, dstate), fp32 when
-    states_in_fp32 else B.dtype. Head h reads group h // (nheads // ngroups)."""
+    nheads, nchunks, chunk_size) -> states (batch, nchunks, nheads, headdim, dstate), fp32 (fp64 for
+    fp64 x) when states_in_fp32 else B.dtype. Head h reads group h // (nheads // ngroups)."""
     return launch(chunk_state_kernel, chunk_state_args(B, x, dt, dA_cumsum, seq_idx, states_in_fp32), config)
 
 

@@ -14,6 +14,7 @@ import torch
 from contract.checks import check_combined
 from kernels import bmm_chunk, chunk_cumsum, chunk_scan, chunk_state, ssd_combined_bwd, state_passing
 from kernels.launch import ConfigLike
+from kernels.precision import acc_dtype
 from parity.lookup import promoted_config
 
 OPS = (
@@ -125,8 +126,9 @@ def _chain(
     configs: Mapping[str, ConfigLike],
     entering_dtype: torch.dtype,
 ) -> dict[str, torch.Tensor]:
-    """The forward up to the scan: dA_cumsum, dt_out, chunk states (fp32), the states entering each chunk (in
-    entering_dtype) and final states (fp32), both flat (b, c, h, p*n) / (b, h, p*n), and cb (fp32)."""
+    """The forward up to the scan: dA_cumsum, dt_out, chunk states, the states entering each chunk (in
+    entering_dtype) and final states, both flat (b, c, h, p*n) / (b, h, p*n), and cb, all but the entering states
+    in the accumulation dtype (fp32; fp64 for fp64 inputs, see kernels.precision)."""
     batch, _, nheads, headdim = x.shape
     dstate = B.shape[-1]
     dA_cumsum, dt_out = chunk_cumsum.chunk_cumsum_fwd(
@@ -146,7 +148,7 @@ def _chain(
         config=configs["state_passing"],
     )
     cb = bmm_chunk.bmm_chunk_fwd(
-        C, B, chunk_size, seq_idx=seq_idx, output_dtype=torch.float32, config=configs["bmm_chunk"]
+        C, B, chunk_size, seq_idx=seq_idx, output_dtype=acc_dtype(x.dtype), config=configs["bmm_chunk"]
     )
     return {"dA_cumsum": dA_cumsum, "dt_out": dt_out, "states": states, "final_states": final_states, "cb": cb}
 

@@ -23,10 +23,11 @@ grad.dt_bias were 18x and 25x mamba-ssm's error). The kernels, in order:
   db            dB_s = sum_{h in g} exp(a_last - a_s) dt_s x_s dS_c + sum_l dCB[l, s] C_l
 then the steps' gradients: the a_l terms (C path, chunk decay) reverse-summed over l >= k, the prefix terms
 (V_s, and dcb's, already per step) summed over s < k; -> ddt, dA; dt's softplus/clamp -> ddt, ddt_bias.
-Products are taken in the inputs' dtype with fp32 accumulation (true fp32 for fp32 inputs), as in the
-forward kernels. The decay-step, ddt and dD sums (per tile, across programs by atomics, and the glue on
-(batch, nheads, seqlen) tensors) run in fp64: they are small next to the products, and in fp32 their
-rounding made the largest part of the remaining grad.A / grad.dt_bias / grad.D error."""
+Products are taken in the inputs' dtype with fp32 accumulation, as in the forward kernels; fp64 inputs (the autograd
+function's upcast of fp32 inputs) compute in fp64 throughout (:mod:`kernels.precision`). The decay-step, ddt and dD sums
+(per tile, across programs by atomics, and the glue on (batch, nheads, seqlen) tensors) run in fp64: they are small next
+to the products, and in fp32 their rounding made the largest part of the remaining grad.A / grad.dt_bias / grad.D
+error."""
 
 from __future__ import annotations
 
@@ -50,8 +51,8 @@ _DOT = {"static_shapes": False, "dot_precision": "ieee"}
 def dstates_kernel(
     dy: torch.Tensor, C: torch.Tensor, dA_cumsum: torch.Tensor, seq_idx: torch.Tensor | None
 ) -> torch.Tensor:
-    """dH (batch, nchunks, nheads, headdim, dstate) fp32: the gradient of y wrt the state entering each chunk.
-    One program per (batch, chunk, head, headdim block, dstate block), looping over the chunk's rows."""
+    """dH (batch, nchunks, nheads, headdim, dstate), accumulation dtype: the gradient of y wrt the state entering each
+    chunk. One program per (batch, chunk, head, headdim block, dstate block), looping over the chunk's rows."""
     batch, seqlen, nheads, headdim = dy.shape
     ngroups, dstate = C.shape[2], C.shape[3]
     nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
@@ -92,9 +93,9 @@ def state_passing_bwd_kernel(
     chunk_size: int,
     chunk_block: hl.constexpr,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dS (batch, nchunks, nheads, dim), dinitial (batch, nheads, dim)), both fp32, from dstates = dH and the
-    forward's states entering each chunk (fp32). Adds the gradient of chunk c's decay, f_c exp(a_last) dS_c . H_c,
-    into ddA_rev[b, h, nchunks - 1 - c] (fp64, zeroed, chunk_block long; flipped by the caller).
+    """(dS (batch, nchunks, nheads, dim), dinitial (batch, nheads, dim)), both in dstates' dtype, from dstates = dH and
+    the forward's states entering each chunk (same dtype). Adds the gradient of chunk c's decay, f_c exp(a_last) dS_c .
+    H_c, into ddA_rev[b, h, nchunks - 1 - c] (fp64, zeroed, chunk_block long; flipped by the caller).
 
     One program per (batch, head, dim block); scan element k is chunk c = nchunks - 1 - k, all chunks one
     ``hl.arange(chunk_block)`` (as the forward scan), padded elements (0, 0) after the real ones. The scan runs
@@ -231,7 +232,7 @@ def dcb_kernel(
     seq_idx: torch.Tensor | None,
     ddA_next: torch.Tensor,
 ) -> torch.Tensor:
-    """dcb (batch, nchunks, ngroups, chunk_size, chunk_size) fp32: sum over the group's heads of
+    """dcb (batch, nchunks, ngroups, chunk_size, chunk_size), like cb: sum over the group's heads of
     dCB_h[l, s] = dt_s exp(a_l - a_s) dy_l . x_s (causal, same sequence). Adds, per head, the intra-chunk
     gradient of each decay step into ddA_next (batch, nheads, nchunks, chunk_size; fp64, zeroed; entry s is
     step s + 1): with W = dCB_h * CB, step k gets sum_{l >= k} sum_{s' < k} W[l, s'] (a_l - a_s' spans it).
@@ -436,10 +437,11 @@ def ssd_combined_bwd(
     fwd: Mapping[str, torch.Tensor],
     configs: Mapping[str, ConfigLike],
 ) -> dict[str, torch.Tensor | None]:
-    """Gradients of mamba_chunk_scan_combined's inputs from dout (like x) and dfinal_states (fp32, or None).
+    """Gradients of mamba_chunk_scan_combined's inputs from dout (like x) and dfinal_states (accumulation dtype,
+    or None).
     ``saved``: the forward's inputs (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size,
-    dt_softplus, dt_limit, out_x); ``fwd``: the recomputed dA_cumsum, dt_out, chunk states S (fp32, flat
-    (b, c, h, p*n)), entering states H (fp32, flat), final states (fp32, flat) and cb (fp32)."""
+    dt_softplus, dt_limit, out_x); ``fwd``: the recomputed dA_cumsum, dt_out, chunk states S (flat (b, c, h, p*n)),
+    entering states H (flat), final states (flat) and cb, all in the accumulation dtype of x's dtype."""
     x, B, C, D, z, seq_idx = (saved[k] for k in ("x", "B", "C", "D", "z", "seq_idx"))
     batch, seqlen, nheads, headdim = x.shape
     dstate = B.shape[-1]

@@ -49,7 +49,8 @@ def state_passing_kernel(
     out_dtype: torch.dtype,
     chunk_block: hl.constexpr,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out (batch, nchunks, nheads, dim) in out_dtype, final_states (batch, nheads, dim) fp32).
+    """(out (batch, nchunks, nheads, dim) in out_dtype, final_states (batch, nheads, dim) fp32, fp64 for
+    fp64 states).
 
     One program per (batch, head, block of dim); all chunks are one ``hl.arange(chunk_block)`` with
     chunk_block = max(2, next power of two >= nchunks), so the scan lies inside one block whatever the config
@@ -133,10 +134,10 @@ def state_passing_fwd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """states (batch, nchunks, nheads, dim), dA_chunk_cumsum (batch, nheads, nchunks) -> (out, final_states).
 
-    out[:, 0] is the initial state (zeros when None) and out[:, c] the state entering chunk c, in out_dtype
-    (default states.dtype); final_states (fp32) is the state after the last chunk. With seq_idx (batch,
-    seqlen), the decay into a chunk is zeroed when the chunk ends in another sequence than the previous
-    chunk, as in mamba-ssm."""
+    out[:, 0] is the initial state (zeros when None) and out[:, c] the state entering chunk c, in out_dtype (default
+    states.dtype); final_states (fp32; fp64 for fp64 states) is the state after the last chunk. With seq_idx (batch,
+    seqlen), the decay into a chunk is zeroed when the chunk ends in another sequence than the previous chunk, as in
+    mamba-ssm."""
     args = state_passing_args(states, dA_chunk_cumsum, initial_states, seq_idx, chunk_size, out_dtype)
     return launch(state_passing_kernel, args, config)
 
