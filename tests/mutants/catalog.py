@@ -407,9 +407,9 @@ MUTANTS: tuple[Mutant, ...] = (
                 """        for tile_h in hl.tile(
             tile_g.begin * heads_per_group, tile_g.begin * heads_per_group + heads_per_group, block_size=1
         ):
-            part = hl.zeros([tile_s, tile_n], dtype=torch.float32)""",
+            part = hl.zeros([tile_s, tile_n], dtype=wide)""",
                 """        for tile_h in hl.tile(0, heads_per_group, block_size=1):
-            part = hl.zeros([tile_s, tile_n], dtype=torch.float32)""",
+            part = hl.zeros([tile_s, tile_n], dtype=wide)""",
             ),
         ),
         problem=SSD_BWD,
