@@ -64,20 +64,21 @@ for step in $steps; do
       timeout "${CONVERGENCE_TIMEOUT:-570}" python3 bench/convergence.py --device cuda --out "$OUT/convergence" \
         ${CONVERGENCE_ARGS:-} > "$OUT/convergence.log" 2>&1 || status=1
       tail -40 "$OUT/convergence.log" | cut -c1-300 ;;
-    precision)  # issue 12: the bf16 reproducer over seeds 0-19 (gate verdicts), then seed 0 at chunk/tile 32/64/128,
-                # then fp32 with wide dt (the CPU criterion's problem) on the GPU
-      timeout "${PRECISION_TIMEOUT:-280}" python3 bench/ssd_bwd_precision.py --device cuda --dtype bfloat16 --seeds 0-19 \
-        --max-ratio inf --json "$OUT/ssd-bwd-repro-bf16.json" > "$OUT/precision-repro.log" 2>&1 || status=1
-      timeout "${PRECISION_TIMEOUT:-280}" python3 bench/ssd_bwd_precision.py --device cuda --dtype bfloat16 --seeds 0 \
-        --chunk-sizes 32,64,128 --configs default --block-sizes 32,64,128 --max-ratio inf \
-        --json "$OUT/ssd-bwd-sweep-bf16.json" > "$OUT/precision-sweep.log" 2>&1 || status=1
-      # fp32 with wide dt: the backward's fp64 path (fp64 dots) on the GPU, every gradient within half an ulp
-      fp32_problem='{"batch":2,"seqlen":80,"chunk_size":32,"nheads":4,"ngroups":2,"headdim":16,"dstate":16,"D":"h",'
-      fp32_problem+='"dt_bias":true,"dt_softplus":true,"initial_states":true}'
-      timeout "${PRECISION_TIMEOUT:-280}" python3 bench/ssd_bwd_precision.py --device cuda --dtype float32 --wide-dt \
-        --seeds 0-9 --problem "$fp32_problem" --json "$OUT/ssd-bwd-fp32.json" > "$OUT/precision-fp32.log" 2>&1 \
-        || status=1
-      tail -n 8 "$OUT/precision-repro.log" "$OUT/precision-sweep.log" "$OUT/precision-fp32.log" | cut -c1-300 ;;
+    precision)  # issue 12, PRECISION_PARTS (default all three): repro = the bf16 reproducer over seeds 0-19 (gate
+                # verdicts); sweep = seed 0 at chunk/tile 32/64/128; fp32 = the CPU criterion's problem with wide dt on
+                # the GPU (the backward's fp64 path, fp64 dots: every gradient within half an ulp)
+      for part in ${PRECISION_PARTS:-repro sweep fp32}; do
+        case $part in
+          repro) args=(--dtype bfloat16 --seeds 0-19) ;;
+          sweep) args=(--dtype bfloat16 --seeds 0 --chunk-sizes 32,64,128 --configs default --block-sizes 32,64,128) ;;
+          fp32) args=(--dtype float32 --wide-dt --seeds 0-9 --problem '{"batch":2,"seqlen":80,"chunk_size":32,
+"nheads":4,"ngroups":2,"headdim":16,"dstate":16,"D":"h","dt_bias":true,"dt_softplus":true,"initial_states":true}') ;;
+          *) echo "unknown precision part $part"; status=1; continue ;;
+        esac
+        timeout "${PRECISION_TIMEOUT:-280}" python3 bench/ssd_bwd_precision.py --device cuda "${args[@]}" --max-ratio inf \
+          --json "$OUT/ssd-bwd-$part.json" > "$OUT/precision-$part.log" 2>&1 || status=1
+        tail -n 8 "$OUT/precision-$part.log" | cut -c1-300
+      done ;;
     e2e|ssd) # tune the op's Helion kernels with Helion's autotuner, then gate + promote the assembled config. Resumable:
              # the carried tuned/ is copied to $OUT/tuned and the tuner writes there (each kernel's record lands at once,
              # so a call cut by its limit keeps what it found); copy $OUT/tuned back to tuned/ and run again until "done".
