@@ -183,44 +183,54 @@ def execute(
 ) -> Run:
     """Call ``fn`` on copies of ``inputs``; then backward with ``upstream(name, out)`` gradients. ``private``
     inputs (the oracle's upcast copies, made for this call alone) are used as they are, unchecked for in-place
-    changes: at a long problem two more copies of every input would not fit beside it."""
+    changes: at a long problem two more copies of every input would not fit beside it.
+
+    Whatever raises, in the implementation or around it (copying the inputs, the in-place check, a CUDA error an
+    earlier launch left behind), is an error of this run, never a crash of the engine. On CUDA the run ends with
+    a synchronize, so that an asynchronous device error is charged to the implementation that caused it."""
     run = Run()
-    args = dict(inputs) if private else {k: _clone(v) for k, v in inputs.items()}
-    before = {} if private else {k: _clone(v) for k, v in args.items() if isinstance(v, torch.Tensor)}
-    wanted = [n for n in spec.grad_inputs if isinstance(args.get(n), torch.Tensor)] if upstream else []
-    for name in wanted:
-        args[name].requires_grad_(True)
+    phase = "copying the inputs"
     try:
+        args = dict(inputs) if private else {k: _clone(v) for k, v in inputs.items()}
+        before = {} if private else {k: _clone(v) for k, v in args.items() if isinstance(v, torch.Tensor)}
+        wanted = [n for n in spec.grad_inputs if isinstance(args.get(n), torch.Tensor)] if upstream else []
+        for name in wanted:
+            args[name].requires_grad_(True)
+        phase = "forward"
         outs = _as_tuple(fn(**args), len(spec.outputs))
+        for name, out in zip(spec.outputs, outs, strict=True):
+            run.values[name] = out.detach() if isinstance(out, torch.Tensor) else None
+        phase = "the in-place check"
+        for name, old in before.items():
+            if name not in spec.mutable_inputs and not same_bits(args[name].detach(), old):
+                run.errors.append(f"input {name!r} was modified in place")
+        if wanted and upstream is not None:
+            phase = "drawing the upstream gradients"
+            pairs = [
+                (o, upstream(n, o))
+                for n, o in zip(spec.outputs, outs, strict=True)
+                if isinstance(o, torch.Tensor) and o.is_floating_point()
+            ]
+            differentiable = [(o, g) for o, g in pairs if o.requires_grad]
+            if not differentiable:
+                run.errors.append("no output is differentiable: backward not implemented")
+            else:
+                phase = "backward"
+                grads = torch.autograd.grad(
+                    [o for o, _ in differentiable],
+                    [args[n] for n in wanted],
+                    [g for _, g in differentiable],
+                    allow_unused=True,
+                )
+                for name, grad in zip(wanted, grads, strict=True):
+                    run.values[f"grad.{name}"] = grad
+        phase = "synchronizing the device"
+        if any(isinstance(v, torch.Tensor) and v.is_cuda for v in run.values.values()):
+            torch.cuda.synchronize()
     except Exception as exc:  # an implementation failing is a result, not a crash of the engine
         where = traceback.extract_tb(exc.__traceback__)[-1]
-        run.errors.append(f"forward raised {type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})")
-        return run
-    for name, out in zip(spec.outputs, outs, strict=True):
-        run.values[name] = out.detach() if isinstance(out, torch.Tensor) else None
-    for name, old in before.items():
-        if name not in spec.mutable_inputs and not same_bits(args[name].detach(), old):
-            run.errors.append(f"input {name!r} was modified in place")
-    if not wanted or upstream is None:
-        return run
-    pairs = [
-        (o, upstream(n, o))
-        for n, o in zip(spec.outputs, outs, strict=True)
-        if isinstance(o, torch.Tensor) and o.is_floating_point()
-    ]
-    differentiable = [(o, g) for o, g in pairs if o.requires_grad]
-    if not differentiable:
-        run.errors.append("no output is differentiable: backward not implemented")
-        return run
-    try:
-        grads = torch.autograd.grad(
-            [o for o, _ in differentiable], [args[n] for n in wanted], [g for _, g in differentiable], allow_unused=True
-        )
-    except Exception as exc:
-        run.errors.append(f"backward raised {type(exc).__name__}: {exc}".strip())
-        return run
-    for name, grad in zip(wanted, grads, strict=True):
-        run.values[f"grad.{name}"] = grad
+        at = f" (at {where.filename}:{where.lineno})" if phase == "forward" else ""
+        run.errors.append(f"{phase} raised {type(exc).__name__}: {exc}{at}".strip())
     return run
 
 

@@ -253,6 +253,48 @@ def test_candidates_run_before_a_baseline_that_breaks_the_device():
     assert not base.passed and "illegal memory access" in base.message()
 
 
+def test_a_candidate_that_breaks_the_device_fails_alone(monkeypatch):
+    """As on the H100 (bench/results/h200-run23): mamba-ssm's kernels, run as a candidate, leave an illegal memory
+    access behind, and the next CUDA call anywhere raises it (here the baseline's copy of the inputs). Every
+    implementation still gets its verdict: the one measured before keeps its own, judged by the absolute bounds,
+    the breaking one fails with the error, and so does the baseline that could not run."""
+    from toy_op import baseline
+
+    import parity.runner as runner
+
+    broken = False
+    error = "CUDA error: an illegal memory access was encountered"
+    clone = runner._clone
+
+    def copy(value):
+        if broken:
+            raise RuntimeError(error)
+        return clone(value)
+
+    def compare(a, b):
+        if broken:
+            raise RuntimeError(error)
+        return torch.equal(a, b)
+
+    def breaking(x, a, d, chunk):
+        nonlocal broken
+        out = baseline(x, a, d, chunk)
+        broken = True  # on CUDA its launch returns; the error surfaces at the next synchronizing call
+        return out
+
+    def candidate(x, a, d, chunk):
+        return baseline(x, a, d, chunk)
+
+    monkeypatch.setattr(runner, "_clone", copy)
+    monkeypatch.setattr(runner, "same_bits", compare)
+    s = spec(candidate, breaking)
+    impls = [s.impl("candidate"), s.impl("breaking"), s.impl("loop")]
+    good, bad, base = run_problem(s, impls, RAGGED, torch.float32, 11, "cpu", TOLS, poison=())
+    assert good.passed and any("baseline loop failed, absolute bounds used" in n for n in good.notes), good.message()
+    assert not bad.passed and f"the in-place check raised RuntimeError: {error}" in bad.message(), bad.message()
+    assert not base.passed and f"copying the inputs raised RuntimeError: {error}" in base.message(), base.message()
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_the_oracle_differentiates_the_upstream_gradient_the_candidates_get(dtype):
     """The oracle gets the case's upstream gradient with the values the candidates get (drawn, then rounded to the
