@@ -42,7 +42,7 @@ import triton
 
 from kernels.launch import ConfigLike, launch
 from kernels.precision import acc_dtype, mma
-from kernels.state_passing import affine_combine, chunk_end_sequences
+from kernels.state_passing import affine_combine, chunk_end_sequences, scan_block
 
 _DOT = {"static_shapes": False, "dot_precision": "ieee"}
 
@@ -95,50 +95,58 @@ def state_passing_bwd_kernel(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dS (batch, nchunks, nheads, dim), dinitial (batch, nheads, dim)), both in dstates' dtype, from dstates = dH and
     the forward's states entering each chunk (same dtype). Adds the gradient of chunk c's decay, f_c exp(a_last) dS_c .
-    H_c, into ddA_rev[b, h, nchunks - 1 - c] (fp64, zeroed, chunk_block long; flipped by the caller).
+    H_c, into ddA_rev[b, h, nchunks - 1 - c] (fp64, zeroed, nchunks rounded up to chunk_block long; flipped by the
+    caller).
 
-    One program per (batch, head, dim block); scan element k is chunk c = nchunks - 1 - k, all chunks one
-    ``hl.arange(chunk_block)`` (as the forward scan), padded elements (0, 0) after the real ones. The scan runs
-    over the next chunk's (decay, dH), so that element k is dS_c = G_{c+1} itself (the identity for the last
-    chunk, then dfinal): the decay gradient takes it directly (no G_c - dH_c difference, which loses dS_c
-    when exp(a_last) is small) and sums its dim-long dot product in fp64 (the fp32 sum was the largest error
-    in grad.A)."""
+    One program per (batch, head, dim block); scan element k is chunk c = nchunks - 1 - k, scanned ``chunk_block``
+    (:func:`kernels.state_passing.scan_block`) elements at a time as the forward scan, the gradient carried between
+    blocks, padded elements (0, 0) after the real ones. The scan runs over the next chunk's (decay, dH), so that
+    element k is dS_c = G_{c+1} itself (the identity for the last chunk, then dfinal): the decay gradient takes it
+    directly (no G_c - dH_c difference, which loses dS_c when exp(a_last) is small) and sums its dim-long dot
+    product in fp64 (the fp32 sum was the largest error in grad.A)."""
     batch, nchunks, nheads, dim = dstates.shape
     dS = torch.empty([batch, nchunks, nheads, dim], dtype=dstates.dtype, device=dstates.device)
     dinitial = torch.empty([batch, nheads, dim], dtype=dstates.dtype, device=dstates.device)
     for tile_b, tile_h, tile_d in hl.tile([batch, nheads, dim], block_size=[1, 1, None]):
-        k = hl.arange(chunk_block)
-        real = k < nchunks
-        chunk = nchunks - 1 - k
-        nxt = real & (k > 0)  # chunk c + 1 exists
-        update = hl.load(dstates, [tile_b.begin, chunk + 1, tile_h.begin, tile_d], extra_mask=nxt[:, None])
-        a_last = hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk], extra_mask=real)
-        a_next = hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk + 1], extra_mask=nxt)
-        decay = torch.exp(a_last)
-        decay_next = torch.where(nxt, torch.exp(a_next), torch.where(real, 1.0, 0.0))
-        if seq_idx is not None:
-            seq_end, seq_before = chunk_end_sequences(seq_idx, tile_b.begin, chunk, chunk_size, real)
-            seqlen = seq_idx.size(1)
-            seq_end_next = hl.load(
-                seq_idx, [tile_b.begin, torch.clamp((chunk + 2) * chunk_size, max=seqlen) - 1], extra_mask=nxt
-            )
-            decay = torch.where(seq_end == seq_before, decay, 0.0)
-            decay_next = torch.where(nxt & (seq_end_next != seq_end), 0.0, decay_next)
-        scale, grad = hl.associative_scan(
-            affine_combine, (decay_next[:, None] + torch.zeros_like(update), update), dim=0
-        )
         if dfinal_states is not None:
-            grad = grad + scale * dfinal_states[tile_b.begin, tile_h.begin, tile_d][None, :]
-        # grad[k] = dS_c = G_{c+1}, the gradient of S_c (for the last chunk, dfinal).
-        hl.store(dS, [tile_b.begin, chunk, tile_h.begin, tile_d], grad, extra_mask=real[:, None])
-        entering = hl.load(states, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None])
-        dot = torch.sum(grad.to(torch.float64) * entering.to(torch.float64), dim=1)
-        hl.atomic_add(ddA_rev, [tile_b.begin, tile_h.begin, k], dot * decay.to(torch.float64))
-        # dinitial = G_0 = f_0 exp(a_last_0) dS_0 + dH_0.
-        first = hl.load(dstates, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=(k == nchunks - 1)[:, None])
-        dinitial[tile_b.begin, tile_h.begin, tile_d] = torch.sum(
-            torch.where((k == nchunks - 1)[:, None], decay[:, None] * grad + first, 0.0), dim=0
-        )
+            carry = dfinal_states[tile_b.begin, tile_h.begin, tile_d].to(dstates.dtype)
+        else:
+            carry = hl.zeros([tile_d], dtype=dstates.dtype)
+        initial = hl.zeros([tile_d], dtype=dstates.dtype)
+        for tile_k in hl.tile(nchunks, block_size=chunk_block):
+            k = tile_k.index
+            real = k < nchunks
+            chunk = nchunks - 1 - k
+            nxt = real & (k > 0)  # chunk c + 1 exists
+            update = hl.load(dstates, [tile_b.begin, chunk + 1, tile_h.begin, tile_d], extra_mask=nxt[:, None])
+            a_last = hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk], extra_mask=real)
+            a_next = hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk + 1], extra_mask=nxt)
+            decay = torch.exp(a_last)
+            decay_next = torch.where(nxt, torch.exp(a_next), torch.where(real, 1.0, 0.0))
+            if seq_idx is not None:
+                seq_end, seq_before = chunk_end_sequences(seq_idx, tile_b.begin, chunk, chunk_size, real)
+                seqlen = seq_idx.size(1)
+                seq_end_next = hl.load(
+                    seq_idx, [tile_b.begin, torch.clamp((chunk + 2) * chunk_size, max=seqlen) - 1], extra_mask=nxt
+                )
+                decay = torch.where(seq_end == seq_before, decay, 0.0)
+                decay_next = torch.where(nxt & (seq_end_next != seq_end), 0.0, decay_next)
+            scale, grad = hl.associative_scan(
+                affine_combine, (decay_next[:, None] + torch.zeros_like(update), update), dim=0
+            )
+            grad = grad + scale * carry[None, :]
+            # grad[k] = dS_c = G_{c+1}, the gradient of S_c (for the last chunk, dfinal).
+            hl.store(dS, [tile_b.begin, chunk, tile_h.begin, tile_d], grad, extra_mask=real[:, None])
+            entering = hl.load(states, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None])
+            dot = torch.sum(grad.to(torch.float64) * entering.to(torch.float64), dim=1)
+            hl.atomic_add(ddA_rev, [tile_b.begin, tile_h.begin, k], dot * decay.to(torch.float64))
+            # dinitial = G_0 = f_0 exp(a_last_0) dS_0 + dH_0, in the block that holds chunk 0.
+            is_first = (k == nchunks - 1)[:, None]
+            first = hl.load(dstates, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=is_first)
+            initial = initial + torch.sum(torch.where(is_first, decay[:, None] * grad + first, 0.0), dim=0)
+            last = real & ((k + 1 == nchunks) | (k + 1 == tile_k.begin + chunk_block))
+            carry = torch.sum(torch.where(last[:, None], grad, 0.0), dim=0)
+        dinitial[tile_b.begin, tile_h.begin, tile_d] = initial
     return dS, dinitial
 
 
@@ -460,8 +468,9 @@ def ssd_combined_bwd(
     dy = dy.contiguous()
 
     dH = launch(dstates_kernel, (dy, C, dA_cumsum, seq_idx), configs.get("bwd_dstates"))
-    chunk_block = max(2, triton.next_power_of_2(nchunks))  # all chunks in one block, as the forward scan
-    ddA_rev = torch.zeros(batch, nheads, chunk_block, dtype=torch.float64, device=x.device)
+    chunk_block = scan_block(nchunks)  # as the forward scan
+    padded = triton.cdiv(nchunks, chunk_block) * chunk_block
+    ddA_rev = torch.zeros(batch, nheads, padded, dtype=torch.float64, device=x.device)
     dS, dinitial = launch(
         state_passing_bwd_kernel,
         (

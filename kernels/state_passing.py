@@ -39,6 +39,18 @@ def chunk_end_sequences(
     return seq_end, seq_before
 
 
+SCAN_BLOCK = 1024
+"""The most chunks one scan step covers: a longer sequence is scanned block after block, the state carried
+between them. One block over all chunks needs shared memory in proportion to their number: at 4098 chunks (8192
+padded) Triton asked for 256 KiB, past the H100's 227 KiB (bench/results/h200-run24)."""
+
+
+def scan_block(nchunks: int) -> int:
+    """The chunk block of the scans here and in :mod:`kernels.ssd_combined_bwd`: all chunks at once up to
+    :data:`SCAN_BLOCK` (a power of two, at least 2, so the scan's dimension is never of size 1), else SCAN_BLOCK."""
+    return min(SCAN_BLOCK, max(2, triton.next_power_of_2(nchunks)))
+
+
 @helion.kernel(static_shapes=False)
 def state_passing_kernel(
     states: torch.Tensor,
@@ -52,40 +64,43 @@ def state_passing_kernel(
     """(out (batch, nchunks, nheads, dim) in out_dtype, final_states (batch, nheads, dim) fp32, fp64 for
     fp64 states).
 
-    One program per (batch, head, block of dim); all chunks are one ``hl.arange(chunk_block)`` with
-    chunk_block = max(2, next power of two >= nchunks), so the scan lies inside one block whatever the config
-    and its dimension is never of size 1. Padded chunks load as (0, 0) and come after the real ones, so
-    they change no prefix."""
+    One program per (batch, head, block of dim), scanning the chunks ``chunk_block`` (:func:`scan_block`) at a
+    time: each block is one associative scan, to which the state carried from the blocks before is added
+    (scaled by the block's running decay). Padded chunks load as (0, 0) and come after the real ones, so they
+    change no prefix."""
     batch, nchunks, nheads, dim = states.shape
     wide = acc_dtype(states.dtype)
     out = torch.empty([batch, nchunks, nheads, dim], dtype=out_dtype, device=states.device)
     final_states = torch.empty([batch, nheads, dim], dtype=wide, device=states.device)
     for tile_b, tile_h, tile_d in hl.tile([batch, nheads, dim], block_size=[1, 1, None]):
-        chunk = hl.arange(chunk_block)
-        real = chunk < nchunks
-        update = hl.load(states, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None]).to(wide)
-        decay = torch.exp(hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk], extra_mask=real).to(wide))
-        if seq_idx is not None:
-            seq_end, seq_before = chunk_end_sequences(seq_idx, tile_b.begin, chunk, chunk_size, real)
-            decay = torch.where(seq_end == seq_before, decay, 0.0)
-        scale, state = hl.associative_scan(affine_combine, (decay[:, None] + torch.zeros_like(update), update), dim=0)
         if initial_states is not None:
-            start = initial_states[tile_b.begin, tile_h.begin, tile_d].to(wide)
-            state = state + scale * start[None, :]
+            carry = initial_states[tile_b.begin, tile_h.begin, tile_d].to(wide)
         else:
-            start = hl.zeros([tile_d], dtype=wide)
-        # state[c] is the state after chunk c: out[c + 1] for c < nchunks - 1, final_states for the last.
-        out[tile_b.begin, 0, tile_h.begin, tile_d] = start.to(out_dtype)
-        if nchunks > 1:  # with nchunks == 1, Helion drops the (size-1) chunk index and the store mis-shapes
-            hl.store(
-                out,
-                [tile_b.begin, chunk + 1, tile_h.begin, tile_d],
-                state.to(out_dtype),
-                extra_mask=(chunk + 1 < nchunks)[:, None],
+            carry = hl.zeros([tile_d], dtype=wide)
+        out[tile_b.begin, 0, tile_h.begin, tile_d] = carry.to(out_dtype)
+        for tile_c in hl.tile(nchunks, block_size=chunk_block):
+            chunk = tile_c.index
+            real = chunk < nchunks
+            update = hl.load(states, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None]).to(wide)
+            decay = torch.exp(hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk], extra_mask=real).to(wide))
+            if seq_idx is not None:
+                seq_end, seq_before = chunk_end_sequences(seq_idx, tile_b.begin, chunk, chunk_size, real)
+                decay = torch.where(seq_end == seq_before, decay, 0.0)
+            scale, state = hl.associative_scan(
+                affine_combine, (decay[:, None] + torch.zeros_like(update), update), dim=0
             )
-        final_states[tile_b.begin, tile_h.begin, tile_d] = torch.sum(
-            torch.where((chunk == nchunks - 1)[:, None], state, 0.0), dim=0
-        )
+            state = state + scale * carry[None, :]
+            # state[c] is the state after chunk c: out[c + 1] for c < nchunks - 1, final_states for the last.
+            if nchunks > 1:  # with nchunks == 1, Helion drops the (size-1) chunk index and the store mis-shapes
+                hl.store(
+                    out,
+                    [tile_b.begin, chunk + 1, tile_h.begin, tile_d],
+                    state.to(out_dtype),
+                    extra_mask=(chunk + 1 < nchunks)[:, None],
+                )
+            last = real & ((chunk + 1 == nchunks) | (chunk + 1 == tile_c.begin + chunk_block))
+            carry = torch.sum(torch.where(last[:, None], state, 0.0), dim=0)
+        final_states[tile_b.begin, tile_h.begin, tile_d] = carry
     return out, final_states
 
 
@@ -118,7 +133,7 @@ def state_passing_args(
         seq_idx,
         int(chunk_size or 0),
         states.dtype if out_dtype is None else out_dtype,
-        max(2, triton.next_power_of_2(nchunks)),
+        scan_block(nchunks),
     )
 
 

@@ -69,3 +69,20 @@ def test_decay_gradients_as_precise_as_mamba_ssm(seed, parity_device):
     for name, q in grads.items():
         # Half an ulp at max|oracle| bounds a correctly rounded result; the margin is the fp64 path's own error.
         assert q["helion"] <= 0.5005 * q["ulp"], f"{name}: {q['helion'] / q['ulp']:.3f} ulp"
+
+
+def test_scans_in_blocks_of_chunks_stay_exact(parity_device, monkeypatch):
+    """A long sequence's state scans (forward and backward) run block after block of chunks, the state carried
+    between blocks (kernels.state_passing.SCAN_BLOCK; one block over 4098 chunks ran out of shared memory,
+    bench/results/h200-run24). Forced to blocks of 2 over 5 chunks of 3 sequences, every fp32 gradient is still
+    within half an ulp of the oracle and the case passes the gate."""
+    import kernels.state_passing
+
+    monkeypatch.setattr(kernels.state_passing, "SCAN_BLOCK", 2)
+    problem = {**PROBLEM, "chunk_size": 16, "nseq": 3}
+    bench = _bench()
+    [record] = bench.evaluate(problem, torch.float32, 0, parity_device, {"default": None})
+    assert record["passed"], bench.describe(record, MAX_RATIO)
+    for name, q in record["quantities"].items():
+        if name.startswith("grad."):
+            assert q["helion"] <= 0.5005 * q["ulp"], f"{name}: {q['helion'] / q['ulp']:.3f} ulp"

@@ -108,8 +108,8 @@ MUTANTS: tuple[Mutant, ...] = (
         op="state_passing",
         patches=(
             (
-                "[tile_b.begin, chunk + 1, tile_h.begin, tile_d],\n                state.to(out_dtype),",
-                "[tile_b.begin, chunk, tile_h.begin, tile_d],\n                state.to(out_dtype),",
+                "[tile_b.begin, chunk + 1, tile_h.begin, tile_d],\n                    state.to(out_dtype),",
+                "[tile_b.begin, chunk, tile_h.begin, tile_d],\n                    state.to(out_dtype),",
             ),
         ),
         problem=STATE_PASSING_PINNED,
@@ -178,7 +178,13 @@ MUTANTS: tuple[Mutant, ...] = (
         module="kernels.state_passing",
         function="state_passing_fwd",
         op="state_passing",
-        patches=(("            state = state + scale * start[None, :]\n", "            pass\n"),),
+        patches=(
+            (
+                "        out[tile_b.begin, 0, tile_h.begin, tile_d] = carry.to(out_dtype)\n",
+                "        out[tile_b.begin, 0, tile_h.begin, tile_d] = carry.to(out_dtype)\n"
+                "        carry = carry * 0.0\n",
+            ),
+        ),
         problem=STATE_PASSING_PINNED,
         expect="out",
         config=1,
