@@ -451,8 +451,8 @@ MUTANTS: tuple[Mutant, ...] = (
         op="ssd_combined",
         patches=(
             (
-                "            grad = grad + scale * dfinal_states[tile_b.begin, tile_h.begin, tile_d][None, :]\n",
-                "            pass\n",
+                "            carry = dfinal_states[tile_b.begin, tile_h.begin, tile_d].to(dstates.dtype)\n",
+                "            carry = hl.zeros([tile_d], dtype=dstates.dtype)\n",
             ),
         ),
         problem=SSD_BWD,
