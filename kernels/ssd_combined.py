@@ -231,7 +231,7 @@ class MambaChunkScanCombinedFn(torch.autograd.Function):
             "dt_limit": dt_limit,
             "out_x": out_x,
         }
-        entering = torch.float32 if wide is None else wide
+        entering = acc_dtype(x.dtype)
         fwd = _chain(
             x, dt, A, B, C, chunk_size, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit, configs, entering
         )

@@ -42,7 +42,7 @@ import triton
 
 from kernels.launch import ConfigLike, launch
 from kernels.precision import acc_dtype, mma
-from kernels.state_passing import affine_combine, chunk_end_sequences, scan_block
+from kernels.state_passing import affine_combine, block_last, chunk_end_sequences, scan_block
 
 _DOT = {"static_shapes": False, "dot_precision": "ieee"}
 
@@ -144,8 +144,7 @@ def state_passing_bwd_kernel(
             is_first = (k == nchunks - 1)[:, None]
             first = hl.load(dstates, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=is_first)
             initial = initial + torch.sum(torch.where(is_first, decay[:, None] * grad + first, 0.0), dim=0)
-            last = real & ((k + 1 == nchunks) | (k + 1 == tile_k.begin + chunk_block))
-            carry = torch.sum(torch.where(last[:, None], grad, 0.0), dim=0)
+            carry = block_last(grad, k, nchunks, tile_k.begin, chunk_block)
         dinitial[tile_b.begin, tile_h.begin, tile_d] = initial
     return dS, dinitial
 

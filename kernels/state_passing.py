@@ -39,6 +39,13 @@ def chunk_end_sequences(
     return seq_end, seq_before
 
 
+def block_last(values: torch.Tensor, index: torch.Tensor, count: int, begin: int, block: int) -> torch.Tensor:
+    """The row of ``values`` (one per scan element ``index`` of the block starting at ``begin``) at the block's last
+    real element (``index < count``): the value a blocked scan carries into its next block."""
+    last = (index < count) & ((index + 1 == count) | (index + 1 == begin + block))
+    return torch.sum(torch.where(last[:, None], values, 0.0), dim=0)
+
+
 SCAN_BLOCK = 1024
 """The most chunks one scan step covers: a longer sequence is scanned block after block, the state carried
 between them. One block over all chunks needs shared memory in proportion to their number: at 4098 chunks (8192
@@ -98,8 +105,7 @@ def state_passing_kernel(
                     state.to(out_dtype),
                     extra_mask=(chunk + 1 < nchunks)[:, None],
                 )
-            last = real & ((chunk + 1 == nchunks) | (chunk + 1 == tile_c.begin + chunk_block))
-            carry = torch.sum(torch.where(last[:, None], state, 0.0), dim=0)
+            carry = block_last(state, chunk, nchunks, tile_c.begin, chunk_block)
         final_states[tile_b.begin, tile_h.begin, tile_d] = carry
     return out, final_states
 
