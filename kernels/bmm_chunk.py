@@ -11,7 +11,7 @@ import torch
 
 from contract.checks import check_bmm_chunk
 from kernels.launch import ConfigLike, launch
-from kernels.precision import acc_dtype, mma
+from kernels.precision import acc_dtype, fp64_dot
 
 
 @helion.kernel(static_shapes=False, dot_precision="ieee")
@@ -44,7 +44,8 @@ def bmm_chunk_kernel(
         for tile_k in hl.tile(k):
             rows = hl.load(a, [tile_b.begin, pos_i, tile_g.begin, tile_k], extra_mask=valid_i[:, None])
             cols = hl.load(b, [tile_b.begin, pos_j, tile_g.begin, tile_k], extra_mask=valid_j[:, None])
-            acc = mma(rows.to(dot_dtype), cols.to(dot_dtype).T, acc)
+            lhs, rhs = rows.to(dot_dtype), cols.to(dot_dtype).T
+            acc = fp64_dot(lhs, rhs, acc) if wide == torch.float64 else hl.dot(lhs, rhs, acc=acc)
         if seq_idx is not None:
             seq_i = hl.load(seq_idx, [tile_b.begin, pos_i], extra_mask=valid_i)
             seq_j = hl.load(seq_idx, [tile_b.begin, pos_j], extra_mask=valid_j)

@@ -11,7 +11,7 @@ import torch
 
 from contract.checks import check_chunk_state
 from kernels.launch import ConfigLike, launch
-from kernels.precision import acc_dtype, mma
+from kernels.precision import acc_dtype, fp64_dot
 
 
 @helion.kernel(static_shapes=False, dot_precision="ieee")
@@ -60,7 +60,8 @@ def chunk_state_kernel(
                 seq_k = hl.load(seq_idx, [tile_b.begin, pos], extra_mask=valid)
                 keep = valid & (seq_k == seq_last) & (seq_last >= 0)
             scale = torch.where(keep, scale, 0.0)
-            acc = mma(xs.T, (bs * scale[:, None]).to(xs.dtype), acc)
+            lhs, rhs = xs.T, (bs * scale[:, None]).to(xs.dtype)
+            acc = fp64_dot(lhs, rhs, acc) if wide == torch.float64 else hl.dot(lhs, rhs, acc=acc)
         states[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n] = acc.to(states_dtype)
     return states
 
@@ -110,7 +111,8 @@ def chunk_state_varlen_kernel(
             dA_k = hl.load(dA_cumsum, [tile_h.begin, pos])
             dt_k = hl.load(dt, [tile_h.begin, pos])
             scale = torch.where(valid, torch.exp(torch.clamp(dA_last - dA_k, max=0.0)) * dt_k, 0.0)
-            acc = mma(xs.T, (bs * scale[:, None]).to(xs.dtype), acc)
+            lhs, rhs = xs.T, (bs * scale[:, None]).to(xs.dtype)
+            acc = fp64_dot(lhs, rhs, acc) if wide == torch.float64 else hl.dot(lhs, rhs, acc=acc)
         carried = chunk_states[chunk, tile_h.begin, tile_p, tile_n].to(wide)
         acc = acc + torch.where(nonempty & (seq_start < chunk_start), torch.exp(dA_last), 0.0) * carried
         states[tile_s.begin, tile_h.begin, tile_p, tile_n] = acc.to(states.dtype)

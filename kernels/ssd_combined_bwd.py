@@ -41,7 +41,7 @@ import torch.nn.functional as F
 import triton
 
 from kernels.launch import ConfigLike, launch
-from kernels.precision import acc_dtype, mma
+from kernels.precision import acc_dtype, fp64_dot
 from kernels.state_passing import affine_combine, block_last, chunk_end_sequences, scan_block
 
 _DOT = {"static_shapes": False, "dot_precision": "ieee"}
@@ -77,7 +77,8 @@ def dstates_kernel(
                 seq_prev = hl.load(seq_idx, [tile_b.begin, prev_pos], extra_mask=prev_pos >= 0)
                 scale = torch.where(seq_l == seq_prev, scale, 0.0)
             scale = torch.where(valid, scale, 0.0)
-            acc = mma(dys.T, (cs * scale[:, None]).to(dys.dtype), acc)
+            lhs, rhs = dys.T, (cs * scale[:, None]).to(dys.dtype)
+            acc = fp64_dot(lhs, rhs, acc) if wide == torch.float64 else hl.dot(lhs, rhs, acc=acc)
         dstates[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n] = acc
     return dstates
 
@@ -193,7 +194,7 @@ def dx_kernel(
         for tile_n in hl.tile(dstate):
             bs = hl.load(B, [tile_b.begin, pos_s, group, tile_n], extra_mask=valid_s[:, None])
             ds = dS[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n].to(bs.dtype)
-            acc = mma(bs, ds.T, acc)
+            acc = fp64_dot(bs, ds.T, acc) if wide == torch.float64 else hl.dot(bs, ds.T, acc=acc)
         acc = acc * torch.where(keep_s, torch.exp(torch.clamp(dA_last - dA_s, max=0.0)), 0.0)[:, None]
         xs = hl.load(x, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None]).to(wide)
         hl.atomic_add(
@@ -210,7 +211,8 @@ def dx_kernel(
             keep = (tile_l.index[:, None] >= tile_s.index[None, :]) & valid_l[:, None]
             weights = torch.where(keep, weights, 0.0)
             dys = hl.load(dy, [tile_b.begin, pos_l, tile_h.begin, tile_p], extra_mask=valid_l[:, None])
-            acc = mma(weights.T.to(dys.dtype), dys, acc)
+            lhs, rhs = weights.T.to(dys.dtype), dys
+            acc = fp64_dot(lhs, rhs, acc) if wide == torch.float64 else hl.dot(lhs, rhs, acc=acc)
         hl.atomic_add(
             ddt,
             [tile_b.begin, tile_h.begin, tile_c.begin, tile_s],
@@ -275,7 +277,7 @@ def dcb_kernel(
             for tile_p in hl.tile(headdim):
                 dys = hl.load(dy, [tile_b.begin, pos_l, tile_h.begin, tile_p], extra_mask=valid_l[:, None])
                 xs = hl.load(x, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None])
-                acc = mma(dys, xs.T, acc)
+                acc = fp64_dot(dys, xs.T, acc) if wide == torch.float64 else hl.dot(dys, xs.T, acc=acc)
             dA_l = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_l]
             dA_s = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
             dt_s = dt[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
@@ -339,7 +341,7 @@ def dc_kernel(
             for tile_p in hl.tile(headdim):
                 dys = hl.load(dy, [tile_b.begin, pos_l, tile_h.begin, tile_p], extra_mask=valid_l[:, None])
                 hs = states[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n].to(dys.dtype)
-                part = mma(dys, hs, part)
+                part = fp64_dot(dys, hs, part) if wide == torch.float64 else hl.dot(dys, hs, acc=part)
             scale = torch.exp(dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_l])
             part = part * torch.where(mask_l, scale, 0.0)[:, None]
             acc = acc + part
@@ -352,7 +354,8 @@ def dc_kernel(
             pos_s = start + tile_s.index
             bs = hl.load(B, [tile_b.begin, pos_s, tile_g.begin, tile_n], extra_mask=(pos_s < seqlen)[:, None])
             weights = dcb[tile_b.begin, tile_c.begin, tile_g.begin, tile_l, tile_s]
-            acc = mma(weights.to(bs.dtype), bs, acc)
+            lhs, rhs = weights.to(bs.dtype), bs
+            acc = fp64_dot(lhs, rhs, acc) if wide == torch.float64 else hl.dot(lhs, rhs, acc=acc)
         hl.store(dC, [tile_b.begin, pos_l, tile_g.begin, tile_n], acc.to(dC.dtype), extra_mask=valid_l[:, None])
     return dC
 
@@ -394,7 +397,7 @@ def db_kernel(
             for tile_p in hl.tile(headdim):
                 xs = hl.load(x, [tile_b.begin, pos_s, tile_h.begin, tile_p], extra_mask=valid_s[:, None])
                 ds = dS[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n].to(xs.dtype)
-                part = mma(xs, ds, part)
+                part = fp64_dot(xs, ds, part) if wide == torch.float64 else hl.dot(xs, ds, acc=part)
             dA_s = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_s]
             dA_last = dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, chunk_size - 1]
             scale = (
@@ -405,7 +408,8 @@ def db_kernel(
             pos_l = start + tile_l.index
             cs = hl.load(C, [tile_b.begin, pos_l, tile_g.begin, tile_n], extra_mask=(pos_l < seqlen)[:, None])
             weights = dcb[tile_b.begin, tile_c.begin, tile_g.begin, tile_l, tile_s]
-            acc = mma(weights.T.to(cs.dtype), cs, acc)
+            lhs, rhs = weights.T.to(cs.dtype), cs
+            acc = fp64_dot(lhs, rhs, acc) if wide == torch.float64 else hl.dot(lhs, rhs, acc=acc)
         hl.store(dB, [tile_b.begin, pos_s, tile_g.begin, tile_n], acc.to(dB.dtype), extra_mask=valid_s[:, None])
     return dB
 

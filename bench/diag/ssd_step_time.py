@@ -1,0 +1,76 @@
+"""Diagnostic: the Helion SSD drop-in's forward and forward+backward time at the Nemotron mixer shape (bf16, default
+or promoted configs), and its forward+backward GPU time kernel by kernel, for the source tree given with ``--tree``
+(e.g. an exported older commit), so that a regression is found by comparing trees in one GPU session.
+
+    python bench/diag/ssd_step_time.py --tree /tmp/tree-abc123 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[2])
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--iters", type=int, default=10)
+    args = parser.parse_args()
+    sys.path.insert(0, str(args.tree.resolve()))
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from triton.testing import do_bench
+
+    from kernels.ssd_combined import mamba_chunk_scan_combined
+
+    torch.manual_seed(0)
+    dev, bf16 = "cuda", torch.bfloat16
+    b, L, h, p, g, n, cs = 2, 8192, 64, 64, 8, 128, 128
+    leaves = {
+        "x": torch.randn(b, L, h, p, device=dev, dtype=bf16),
+        "dt": (torch.rand(b, L, h, device=dev) * 0.1).to(bf16),
+        "A": -torch.exp(torch.rand(h, device=dev)),
+        "B": torch.randn(b, L, g, n, device=dev, dtype=bf16),
+        "C": torch.randn(b, L, g, n, device=dev, dtype=bf16),
+        "D": torch.rand(h, device=dev),
+        "dt_bias": torch.rand(h, device=dev) - 4.0,
+    }
+    leaves = {k: v.requires_grad_() for k, v in leaves.items()}
+    dout = torch.randn(b, L, h, p, device=dev, dtype=bf16)
+
+    def forward() -> torch.Tensor:
+        t = leaves
+        return mamba_chunk_scan_combined(
+            t["x"], t["dt"], t["A"], t["B"], t["C"], cs, D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True
+        )
+
+    def fwd_bwd() -> None:
+        torch.autograd.grad(forward(), list(leaves.values()), dout)
+
+    fwd_bwd()
+    torch.cuda.synchronize()
+    result = {"tree": str(args.tree), "fwd_ms": do_bench(forward), "fwd_bwd_ms": do_bench(fwd_bwd)}
+    print(f"{args.tree}: fwd {result['fwd_ms']:.3f} ms, fwd+bwd {result['fwd_bwd_ms']:.3f} ms", flush=True)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.iters):
+            fwd_bwd()
+        torch.cuda.synchronize()
+    kernels: dict[str, float] = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            kernels[event.name] = kernels.get(event.name, 0.0) + event.time_range.elapsed_us() / args.iters
+    result["kernel_us"] = dict(sorted(kernels.items(), key=lambda kv: -kv[1]))
+    for name, us in list(result["kernel_us"].items())[:14]:
+        print(f"  {us:9.1f} us  {name[:90]}")
+    print(f"  {sum(kernels.values()):9.1f} us  all kernels", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
