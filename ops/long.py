@@ -12,28 +12,31 @@ states (b, c, h, p, n), fp32; CB (b, c, g, L, L). The head axis never crosses on
 the (b, h, c, L) tensors (c * L >= l), so it needs h * l >= 2^31, an x of h * l * p >= 2^37 elements at p = 64
 (275 GB in bf16); in x its term is h * p.
 
-The memory of one case (:func:`ssd_memory`, bf16 inputs, estimated, not measured: the GPU run must compare it
-with ``torch.cuda.max_memory_allocated``), in bytes per element of the x-like tensors (x and z; B, C and dt alike):
-the inputs 2 (kept by the engine); while the oracle runs, its fp32 copies 4 (its own: no clones, no in-place
-check) and the fp64 working set of one segment (:data:`SEGMENT_ELEMENTS` x elements, 64 x 8 bytes each); its
-outputs and gradients 4 (kept for every implementation), the upstream gradient of out 2 (the engine's draw, kept in
-the case's dtype), the running implementation's two clones 4 and outputs and gradients 2 (one at a time: each is
-compared as soon as it has run and only its error statistics are kept, the baseline's too), plus mamba-ssm's or
-Helion's intermediates (fp32 states three times: states, their gradient, the recomputed ones; CB; dA_cumsum and
-dt chunked) and the comparison's fp64 temporaries of one 2^26-element block (:data:`COMPARE_BYTES`;
-parity.compare). GB = 1e9 bytes; an H200 holds 141 GB.
+The memory of one case (:func:`ssd_memory`, bf16 inputs, estimated; the table also has the measured peak), in bytes
+per element of the x-like tensors (x and z; B, C and dt alike): the inputs 2 (kept by the engine); while the oracle
+runs, its fp32 copies 4 (its own: no clones, no in-place check) and the fp64 working set of one segment
+(:data:`SEGMENT_ELEMENTS` x elements, 64 x 8 bytes each); its outputs and gradients 4 (kept for every implementation),
+the upstream gradient of out 2 (the engine's draw, kept in the case's dtype), the running implementation's two clones
+4 and outputs and gradients 2 (one at a time: each is compared as soon as it has run and only its error statistics are
+kept, the baseline's too), plus mamba-ssm's or Helion's intermediates (fp32 states three times: states, their
+gradient, the recomputed ones; CB; dA_cumsum and dt chunked) and the comparison's fp64 temporaries of one 2^26-element
+block (:data:`COMPARE_BYTES`; parity.compare). GB = 1e9 bytes; an H200 holds 141 GB.
 
-=========== ===================== ========== ============ ============ ===================== ======= ========
-problem     sizes                 x elems    states elems x last offs  crosses (tensors)     segment peak GB
-=========== ===================== ========== ============ ============ ===================== ======= ========
-sequence    b1 l524388 L128 h64   2.148e9    2.148e9      past 2^31    sequence (x),         4096    87.7
+=========== ===================== ========== ============ ============ ===================== ======= ======== ========
+problem     sizes                 x elems    states elems x last offs  crosses (tensors)     segment peak GB  measured
+=========== ===================== ========== ============ ============ ===================== ======= ======== ========
+sequence    b1 l524388 L128 h64   2.148e9    2.148e9      past 2^31    sequence (x),         4096    87.7     79.9
             g8 p64 n128                                                chunk (states)
-batch       b2 l131072 L32 h64    1.074e9    4.295e9      2^30 - 1     batch (states)        2048    96.2
+batch       b2 l131072 L32 h64    1.074e9    4.295e9      2^30 - 1     batch (states)        2048    96.2     111.3
             g8 p64 n128 z
-chunk       b1 l131121 L32 h64    5.371e8    2.149e9      < 2^30       chunk (states)        4096    43.3
+chunk       b1 l131121 L32 h64    5.371e8    2.149e9      < 2^30       chunk (states)        4096    43.3     38.5
             nseq3 initial_states
-gated norm  262145 x 8 x 1024, z  2.147e9    -            past 2^31    row (x, z, out)       2048    71.9
-=========== ===================== ========== ============ ============ ===================== ======= ========
+gated norm  262145 x 8 x 1024, z  2.147e9    -            past 2^31    row (x, z, out)       2048    71.9     68.7
+=========== ===================== ========== ============ ============ ===================== ======= ======== ========
+
+"measured": the process's peak (``meta.peak_device_bytes`` of ``parity check --json``; bench/results/h200-run24 and
+h200-run25). The estimate misses the batch problem's by 15 GB, about one more copy of its fp32 states (17.2 GB);
+that case still fits an H200.
 """
 
 from __future__ import annotations
