@@ -42,7 +42,7 @@ import triton
 
 from kernels.launch import ConfigLike, launch
 from kernels.precision import acc_dtype, fp64_dot
-from kernels.state_passing import affine_combine, block_last, chunk_end_sequences, scan_block
+from kernels.state_passing import affine_combine, block_last, carried_in, chunk_end_sequences, scan_block
 
 _DOT = {"static_shapes": False, "dot_precision": "ieee"}
 
@@ -132,10 +132,10 @@ def state_passing_bwd_kernel(
                 )
                 decay = torch.where(seq_end == seq_before, decay, 0.0)
                 decay_next = torch.where(nxt & (seq_end_next != seq_end), 0.0, decay_next)
-            scale, grad = hl.associative_scan(
+            update = carried_in(update, decay_next, carry[None, :], k, tile_k.begin)
+            _, grad = hl.associative_scan(
                 affine_combine, (decay_next[:, None] + torch.zeros_like(update), update), dim=0
             )
-            grad = grad + scale * carry[None, :]
             # grad[k] = dS_c = G_{c+1}, the gradient of S_c (for the last chunk, dfinal).
             hl.store(dS, [tile_b.begin, chunk, tile_h.begin, tile_d], grad, extra_mask=real[:, None])
             entering = hl.load(states, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None])

@@ -46,6 +46,16 @@ def block_last(values: torch.Tensor, index: torch.Tensor, count: int, begin: int
     return torch.sum(torch.where(last[:, None], values, 0.0), dim=0)
 
 
+def carried_in(
+    update: torch.Tensor, decay: torch.Tensor, carry: torch.Tensor, index: torch.Tensor, begin: int
+) -> torch.Tensor:
+    """``update`` (one row per scan element ``index`` of the block starting at ``begin``) with the value carried into
+    the block (``carry``, one row) folded into its first element, ``decay * carry``: the block's scan then continues
+    the recurrence itself, with no second scan of the running decay to scale the carry by. The caller takes the row
+    (``carry[None, :]``): Helion 1.5.0 cannot lower that indexing of a loop-carried value inside a helper."""
+    return update + torch.where(index == begin, decay, 0.0)[:, None] * carry
+
+
 SCAN_BLOCK = 1024
 """The most chunks one scan step covers: a longer sequence is scanned block after block, the state carried
 between them. One block over all chunks needs shared memory in proportion to their number: at 4098 chunks (8192
@@ -72,8 +82,8 @@ def state_passing_kernel(
     fp64 states).
 
     One program per (batch, head, block of dim), scanning the chunks ``chunk_block`` (:func:`scan_block`) at a
-    time: each block is one associative scan, to which the state carried from the blocks before is added
-    (scaled by the block's running decay). Padded chunks load as (0, 0) and come after the real ones, so they
+    time: each block is one associative scan whose first element takes in the state carried from the blocks before
+    (:func:`carried_in`). Padded chunks load as (0, 0) and come after the real ones, so they
     change no prefix."""
     batch, nchunks, nheads, dim = states.shape
     wide = acc_dtype(states.dtype)
@@ -93,10 +103,8 @@ def state_passing_kernel(
             if seq_idx is not None:
                 seq_end, seq_before = chunk_end_sequences(seq_idx, tile_b.begin, chunk, chunk_size, real)
                 decay = torch.where(seq_end == seq_before, decay, 0.0)
-            scale, state = hl.associative_scan(
-                affine_combine, (decay[:, None] + torch.zeros_like(update), update), dim=0
-            )
-            state = state + scale * carry[None, :]
+            update = carried_in(update, decay, carry[None, :], chunk, tile_c.begin)
+            _, state = hl.associative_scan(affine_combine, (decay[:, None] + torch.zeros_like(update), update), dim=0)
             # state[c] is the state after chunk c: out[c + 1] for c < nchunks - 1, final_states for the last.
             if nchunks > 1:  # with nchunks == 1, Helion drops the (size-1) chunk index and the store mis-shapes
                 hl.store(
