@@ -441,6 +441,17 @@ db [rows, dstate, headdim, rows of dCB]). The first has several row blocks per c
 second row blocks wider than the column blocks and blocks wider than headdim."""
 
 
+def gate_backward(
+    dout: torch.Tensor, z: torch.Tensor, out_x: torch.Tensor, wide: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad z, dy) of out = y * silu(z), y = ``out_x``, computed in ``wide``; its wide temporaries (four x-sized
+    tensors) are freed on return, before the backward's kernels allocate theirs."""
+    zf, y = z.to(wide), out_x.to(wide)
+    sig = torch.sigmoid(zf)
+    dout_f = dout.to(wide)
+    return (dout_f * y * sig * (1 + zf * (1 - sig))).to(z.dtype), (dout_f * zf * sig).to(out_x.dtype)
+
+
 def ssd_combined_bwd(
     dout: torch.Tensor,
     dfinal_states: torch.Tensor | None,
@@ -460,12 +471,8 @@ def ssd_combined_bwd(
     nchunks, chunk_size = dt_out.shape[2:]
     grads: dict[str, torch.Tensor | None] = {}
     wide = acc_dtype(x.dtype)
-    if z is not None:  # out = y * silu(z): the gate's gradient, and dy
-        zf, y = z.to(wide), saved["out_x"].to(wide)
-        sig = torch.sigmoid(zf)
-        dout_f = dout.to(wide)
-        grads["z"] = (dout_f * y * sig * (1 + zf * (1 - sig))).to(z.dtype)
-        dy = (dout_f * zf * sig).to(x.dtype)
+    if z is not None:
+        grads["z"], dy = gate_backward(dout, z, saved["out_x"], wide)
     else:
         dy = dout.to(x.dtype)
     dy = dy.contiguous()

@@ -35,8 +35,10 @@ gated norm  262145 x 8 x 1024, z  2.147e9    -            past 2^31    row (x, z
 =========== ===================== ========== ============ ============ ===================== ======= ======== ========
 
 "measured": the process's peak (``meta.peak_device_bytes`` of ``parity check --json``; bench/results/h200-run24 and
-h200-run25). The estimate misses the batch problem's by 15 GB, about one more copy of its fp32 states (17.2 GB);
-that case still fits an H200.
+h200-run25). The batch problem's is 15 GB over its estimate: the Helion backward then kept the fp32 temporaries of
+the z gate (x-sized: z, the ungated output, the upstream gradient, the sigmoid) alive through the whole backward.
+They are freed before the backward's kernels run since (``kernels.ssd_combined_bwd.gate_backward``); not yet
+measured again.
 """
 
 from __future__ import annotations
