@@ -13,15 +13,13 @@ so these are seeds where the old form's error was far above it."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests import bench_scripts
 
 PROBLEM = {
     "batch": 1,
@@ -47,13 +45,15 @@ MAX_RATIO = 1.2
 
 
 def _bench() -> ModuleType:
-    path = ROOT / "bench" / "ssd_bwd_precision.py"
-    spec = importlib.util.spec_from_file_location("ssd_bwd_precision", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+    return bench_scripts.load("ssd_bwd_precision")
+
+
+def _assert_within_half_ulp(quantities: dict[str, Any]) -> None:
+    """Every gradient within half an ulp at max|oracle|: a correctly rounded result (the margin is the fp64 path's
+    own error)."""
+    for name, q in quantities.items():
+        if name.startswith("grad."):
+            assert q["helion"] <= 0.5005 * q["ulp"], f"{name}: {q['helion'] / q['ulp']:.3f} ulp"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -64,11 +64,9 @@ def test_decay_gradients_as_precise_as_mamba_ssm(seed, parity_device):
     for name in bench.RATIO_QUANTITIES:
         q = record["quantities"][name]
         assert q["ratio"] <= MAX_RATIO, f"{name}: {bench.describe(record, MAX_RATIO)}"
-    grads = {name: q for name, q in record["quantities"].items() if name.startswith("grad.")}
+    grads = [name for name in record["quantities"] if name.startswith("grad.")]
     assert len(grads) == 8  # x, dt, A, B, C, D, dt_bias, initial_states
-    for name, q in grads.items():
-        # Half an ulp at max|oracle| bounds a correctly rounded result; the margin is the fp64 path's own error.
-        assert q["helion"] <= 0.5005 * q["ulp"], f"{name}: {q['helion'] / q['ulp']:.3f} ulp"
+    _assert_within_half_ulp(record["quantities"])
 
 
 def test_scans_in_blocks_of_chunks_stay_exact(parity_device, monkeypatch):
@@ -83,6 +81,4 @@ def test_scans_in_blocks_of_chunks_stay_exact(parity_device, monkeypatch):
     bench = _bench()
     [record] = bench.evaluate(problem, torch.float32, 0, parity_device, {"default": None})
     assert record["passed"], bench.describe(record, MAX_RATIO)
-    for name, q in record["quantities"].items():
-        if name.startswith("grad."):
-            assert q["helion"] <= 0.5005 * q["ulp"], f"{name}: {q['helion'] / q['ulp']:.3f} ulp"
+    _assert_within_half_ulp(record["quantities"])
