@@ -27,18 +27,18 @@ problem     sizes                 x elems    states elems x last offs  crosses (
 =========== ===================== ========== ============ ============ ===================== ======= ======== ========
 sequence    b1 l524388 L128 h64   2.148e9    2.148e9      past 2^31    sequence (x),         4096    87.7     79.9
             g8 p64 n128                                                chunk (states)
-batch       b2 l131072 L32 h64    1.074e9    4.295e9      2^30 - 1     batch (states)        2048    96.2     111.3
+batch       b2 l131072 L32 h64    1.074e9    4.295e9      2^30 - 1     batch (states)        2048    96.2     95.6
             g8 p64 n128 z
 chunk       b1 l131121 L32 h64    5.371e8    2.149e9      < 2^30       chunk (states)        4096    43.3     38.5
             nseq3 initial_states
 gated norm  262145 x 8 x 1024, z  2.147e9    -            past 2^31    row (x, z, out)       2048    71.9     68.7
 =========== ===================== ========== ============ ============ ===================== ======= ======== ========
 
-"measured": the process's peak (``meta.peak_device_bytes`` of ``parity check --json``; bench/results/h200-run24 and
-h200-run25). The batch problem's is 15 GB over its estimate: the Helion backward then kept the fp32 temporaries of
-the z gate (x-sized: z, the ungated output, the upstream gradient, the sigmoid) alive through the whole backward.
-They are freed before the backward's kernels run since (``kernels.ssd_combined_bwd.gate_backward``); not yet
-measured again.
+"measured": the process's peak (``meta.peak_device_bytes`` of ``parity check --json``; the gated norm in
+bench/results/h200-run24, the SSD problems in h200-run26). The batch problem's peak was 111.3 GB in h200-run25, when
+the Helion backward kept the fp32 temporaries of the z gate (x-sized: z, the ungated output, the upstream gradient,
+the sigmoid) alive through the whole backward; they are freed before the backward's kernels run since
+(``kernels.ssd_combined_bwd.gate_backward``).
 """
 
 from __future__ import annotations
