@@ -563,6 +563,7 @@ class Tuner:
                 autotune_seed_configs=[helion.Config(**s) for s in valid],
                 autotune_baseline_fn=baseline,
                 autotune_baseline_accuracy_check_fn=check,
+                autotune_config_overrides={key: [] for key in BUILD_DEPENDENT_FIELDS},
                 **self.settings.helion(),
             ),
         )
@@ -739,6 +740,15 @@ def broadcast_uniform(config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+BUILD_DEPENDENT_FIELDS = ("static_ranges",)
+"""Helion config fields with one entry per loop of a kind that some builds of the kernel have and others lack.
+Helion 1.5.0 offers a static range only for a loop whose bounds are compile-time constants with at most 8 trips: the
+SSD scans' block loop has one in the static build at the training shape, none in the dynamic build or at longer
+sequences, and Helion refuses a config with more entries than the build has loops ("Too many values for
+config['static_ranges']", H200 run 26). The search holds them at their neutral value (an empty list, which Helion
+fills with False for every loop) and a tuned config omits them (:func:`_as_tuned`), so it loads on every build."""
+
+
 def _rejected(record: Mapping[str, Any]) -> bool:
     """Whether the kernel's tuned config, as the op now runs it (:func:`_as_tuned`), failed the op end to end
     before. A rejection of another form of it (recorded before that form changed) is judged again."""
@@ -748,8 +758,13 @@ def _rejected(record: Mapping[str, Any]) -> bool:
 def _as_tuned(config: Mapping[str, Any]) -> dict[str, Any]:
     """A tuned kernel config as the op runs it: on the static-shape build it was tuned on (the engine then judges
     that build at the training shape and the dynamic build on the other problems), uniform per-operation fields
-    as one value (:func:`broadcast_uniform`)."""
-    return {**broadcast_uniform(config), lookup.STATIC_SHAPES: True}
+    as one value (:func:`broadcast_uniform`), without the fields a build may lack (:data:`BUILD_DEPENDENT_FIELDS`:
+    the search kept them neutral; one set otherwise is refused here)."""
+    out = broadcast_uniform(config)
+    for name in BUILD_DEPENDENT_FIELDS:
+        if any(out.pop(name, None) or ()):
+            raise ParityError(f"tuned config sets {name}={config[name]}, which the search holds neutral")
+    return {**out, lookup.STATIC_SHAPES: True}
 
 
 def _device_alive(device: str, error: Exception) -> None:

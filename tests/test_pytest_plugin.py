@@ -45,6 +45,27 @@ def test_a_slow_test_is_logged_with_its_duration_when_it_ends(pytester) -> None:
     assert len(slow) == 1 and "test_slow" in slow[0]
 
 
+@pytest.mark.cpu
+def test_an_xdist_group_runs_in_one_worker(pytester) -> None:
+    """The op groups (one oracle and baseline per op) and the GPU compile groups rely on pytest-xdist's loadgroup;
+    with pytest 9.2 and pytest-xdist 3.8 it ignored every group mark (pyproject.toml pins pytest below 9.2)."""
+    pytester.makepyfile(
+        """
+        import os
+        import pytest
+
+        @pytest.mark.parametrize("n", range(6))
+        @pytest.mark.xdist_group("op")
+        def test_case(n):
+            print("worker", os.environ["PYTEST_XDIST_WORKER"])
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", "-s", "-v")
+    result.assert_outcomes(passed=6)
+    workers = {line.split()[0] for line in result.outlines if line.startswith("[gw") and "PASSED" in line}
+    assert len(workers) == 1, result.outlines
+
+
 class _Item:
     """What longest_first reads of a pytest item: its node id and its xdist_group mark."""
 

@@ -6,6 +6,7 @@ capture, the kernels (Triton interpreter), the records and the engine's end-to-e
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 from pathlib import Path
@@ -21,9 +22,10 @@ from kernels import bmm_chunk, chunk_cumsum, chunk_scan, chunk_state, ssd_combin
 from kernels import layernorm_gated as ln
 from kernels.launch import launch
 from parity import cli, lookup, registry, tolerances
+from parity.errors import ParityError
 from parity.runner import execute, make_inputs, upstream_grads
 from parity.spec import Impl, OpSpec
-from parity.tune import Tuner, accuracy_check, broadcast_uniform, capture, kernel_tolerance, snapshot
+from parity.tune import Tuner, _as_tuned, accuracy_check, broadcast_uniform, capture, kernel_tolerance, snapshot
 
 pytestmark = pytest.mark.cpu
 
@@ -80,6 +82,7 @@ class SeedSearch:
         assert settings.static_shapes, "tuned as training runs it: the static-shape build"
         assert settings.autotune_effort == "quick" and settings.autotune_random_seed == 0
         assert settings.autotune_ignore_errors, "a config Triton cannot compile is skipped, not the search ended"
+        assert settings.autotune_config_overrides == {"static_ranges": []}, "build-dependent fields held neutral"
         if self.before:
             self.before(kernel)
         self.seen.append(kernel.fn.__name__)
@@ -157,13 +160,24 @@ def test_capture_gives_the_gated_norm_kernels_and_their_arguments():
     assert torch.equal(args[ln.BwdArgs._fields.index("dx")], values["grad.x"])
 
 
+SSD_IMPL = Impl("helion", "kernels.ssd_combined:mamba_chunk_scan_combined")
+
+
+@functools.cache
+def ssd_launches() -> dict[str, Any]:
+    """The combined op's launches at :data:`SSD` (a capture runs the op four times in the interpreter: the tests
+    that read them share one, in one xdist group)."""
+    return capture(SPECS["ssd_combined"], SSD_IMPL, SSD, torch.float32, "cpu", ssd_combined.OPS)
+
+
+@pytest.mark.xdist_group("ssd_capture")
 def test_capture_gives_every_ssd_kernel_forward_and_backward():
     """Every kernel of the combined op's forward and backward (the varlen states kernel only runs with
     cu_seqlens), each the module's kernel; the forward's four recomputed in the backward launch twice; the
     captured chunk_scan launch reproduces the op's output bit for bit."""
     spec = SPECS["ssd_combined"]
-    impl = Impl("helion", "kernels.ssd_combined:mamba_chunk_scan_combined")
-    launches = capture(spec, impl, SSD, torch.float32, "cpu", ssd_combined.OPS)
+    impl = SSD_IMPL
+    launches = ssd_launches()
     kernels = {
         "chunk_cumsum": chunk_cumsum.chunk_cumsum_kernel,
         "chunk_state": chunk_state.chunk_state_kernel,
@@ -274,6 +288,28 @@ def test_broadcast_uniform_writes_only_uniform_per_operation_lists_as_one_value(
         "block_sizes": [32, 32],
     }
     assert broadcast_uniform(config) == {**config, "indexing": "pointer"}
+
+
+@pytest.mark.xdist_group("ssd_capture")
+def test_a_config_tuned_on_the_static_build_loads_on_builds_without_its_static_range():
+    """H200 run 26: state_passing tuned on the static build at the training shape, whose block loop has a static
+    range (Helion writes ``static_ranges: [False]``), was refused by the dynamic build (batch 1, the gate's
+    shapes), which has no such loop. The tuned config as the op runs it omits the field and loads on both."""
+    launch_ = ssd_launches()["state_passing"]
+    static = helion.kernel(launch_.kernel.fn, settings=launch_.kernel.settings.copy(static_shapes=True))
+    best = dict(FullConfigSearch()(static, launch_.args))
+    assert best["static_ranges"] == [False]
+    dynamic = launch_.kernel.bind(launch_.args).config_spec
+    with pytest.raises(helion.exc.InvalidConfig, match="static_ranges"):
+        dynamic.normalize(helion.Config(**best))
+    tuned = {k: v for k, v in _as_tuned(best).items() if k != lookup.STATIC_SHAPES}
+    assert "static_ranges" not in tuned
+    dynamic.normalize(helion.Config(**tuned))
+    static.bind(launch_.args).config_spec.normalize(helion.Config(**tuned))
+    values = _run_op(SPECS["ssd_combined"], SSD_IMPL, SSD, {"state_passing": _as_tuned(best)})  # batch 1: dynamic
+    assert torch.isfinite(values["out"]).all()
+    with pytest.raises(ParityError, match=r"static_ranges=\[True\]"):
+        _as_tuned({**best, "static_ranges": [True]})
 
 
 def test_a_rerun_skips_what_is_current_and_a_changed_source_re_tunes(tmp_path, monkeypatch):
