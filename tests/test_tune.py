@@ -487,6 +487,22 @@ def test_time_limit_starts_no_judgement_longer_than_the_last_one_took(tmp_path):
     assert any("stopping before judging the tuned configs" in line for line in logged(t))
 
 
+def test_time_limit_expects_a_judgement_to_take_as_long_as_the_longest_of_tuned_configs(tmp_path):
+    """Once a tuned config's judgement is stored, its time is the estimate, not the trust's (which built every
+    default kernel on a cold cache): with the trust at 1000 s and a tuned one at 10 s, a 600 s limit judges."""
+    first = tuner(tmp_path, SeedSearch())
+    assert first.run().status == "done"
+    for path in sorted((first.folder / "judged").glob("*.json")):
+        record = json.loads(path.read_text())
+        if record["config"]:  # stands for another tuned config's verdict: the tuned configs are judged again
+            record = {**record, "config": {"fwd": {"num_warps": 1}}, "seconds": 10.0}
+        path.write_text(json.dumps({**record, "seconds": record["seconds"] if record["config"] else 1000.0}))
+    t = tuner(tmp_path, SeedSearch(), time_limit=600)
+    outcome = t.run()
+    assert outcome.status == "done", logged(t)
+    assert any(line.endswith("end to end, forward and backward, on 1 problem(s)") for line in logged(t))
+
+
 def test_time_limit_stops_before_starting_work_and_says_so(tmp_path):
     """A time limit already spent: nothing is judged or searched, and the log says to run again."""
     search = SeedSearch()
