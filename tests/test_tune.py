@@ -176,7 +176,6 @@ def test_capture_gives_every_ssd_kernel_forward_and_backward():
     cu_seqlens), each the module's kernel; the forward's four recomputed in the backward launch twice; the
     captured chunk_scan launch reproduces the op's output bit for bit."""
     spec = SPECS["ssd_combined"]
-    impl = SSD_IMPL
     launches = ssd_launches()
     kernels = {
         "chunk_cumsum": chunk_cumsum.chunk_cumsum_kernel,
@@ -200,7 +199,7 @@ def test_capture_gives_every_ssd_kernel_forward_and_backward():
     }
     scan = launches["chunk_scan"]
     assert scan.config is None
-    values = _run_op(spec, impl, SSD, {})
+    values = _run_op(spec, SSD_IMPL, SSD, {})
     out = launch(scan.kernel, snapshot(scan.args), None, **scan.options)[0]
     assert torch.equal(out, values["out"])
 
@@ -495,8 +494,10 @@ def test_time_limit_expects_a_judgement_to_take_as_long_as_the_longest_of_tuned_
     for path in sorted((first.folder / "judged").glob("*.json")):
         record = json.loads(path.read_text())
         if record["config"]:  # stands for another tuned config's verdict: the tuned configs are judged again
-            record = {**record, "config": {"fwd": {"num_warps": 1}}, "seconds": 10.0}
-        path.write_text(json.dumps({**record, "seconds": record["seconds"] if record["config"] else 1000.0}))
+            record.update(config={"fwd": {"num_warps": 1}}, seconds=10.0)
+        else:
+            record["seconds"] = 1000.0
+        path.write_text(json.dumps(record))
     t = tuner(tmp_path, SeedSearch(), time_limit=600)
     outcome = t.run()
     assert outcome.status == "done", logged(t)
