@@ -16,6 +16,7 @@ import helion
 import helion.language as hl
 import pytest
 import torch
+from helion.autotuner.config_generation import ConfigGeneration
 from hypothesis import strategies as st
 
 from kernels import bmm_chunk, chunk_cumsum, chunk_scan, chunk_state, ssd_combined, ssd_combined_bwd, state_passing
@@ -309,6 +310,9 @@ def test_a_config_tuned_on_the_static_build_loads_on_builds_without_its_static_r
     assert torch.isfinite(values["out"]).all()
     with pytest.raises(ParityError, match=r"static_ranges=\[True\]"):
         _as_tuned({**best, "static_ranges": [True]})
+    # the override the tuner passes (SeedSearch checks it) keeps Helion's own config generation off static ranges
+    held = ConfigGeneration(static.bind(launch_.args).config_spec, overrides={"static_ranges": []})
+    assert {tuple(held.random_config().config["static_ranges"]) for _ in range(40)} == {(False,)}
 
 
 def test_a_rerun_skips_what_is_current_and_a_changed_source_re_tunes(tmp_path, monkeypatch):
