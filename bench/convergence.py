@@ -7,16 +7,17 @@ task: ``text`` (next-byte prediction on the standard library's Python sources) a
 associative recall; only the answers are scored: solved loss 0, chance ln 128). Per step it records the loss,
 the gradient norm (before clipping) and the step time.
 
-The band is what a correct kernel may do: mamba-ssm run twice (``mamba-rerun``: the same run again, which differs
-only where reductions are ordered by atomics, mamba-ssm's and PyTorch's own on the GPU) and mamba-ssm against the
-reference (fp32 intermediates on the same inputs). Per step, the band is the largest |difference from the mamba
-run| of those two runs up to that step (a running max: two runs drift apart, and a pointwise band would close
-where their curves cross). A candidate (Helion) passes where, at every step, its loss and its gradient norm lie
-within FACTOR x band + ATOL_REL x |mamba's value| of the mamba run; its final loss (the mean of the last tenth of
-the steps) within FACTOR x the band runs' final difference (+ the same floor); and its parameters after the last
-step within FACTOR x the band runs' distance from mamba's, each measured relative to mamba's own drift
-|theta_N - theta_0| (+ ATOL_REL x |theta_N| / drift). On CPU the Triton interpreter runs atomics in program
-order, so the rerun is bitwise identical and the band is mamba-ssm vs the reference alone: the output says which.
+The band is what a correct kernel may do: mamba-ssm run again (``mamba-rerun-1`` ... ``--reruns``: the same run,
+which differs only where reductions are ordered by atomics, mamba-ssm's and PyTorch's own on the GPU) and
+mamba-ssm against the reference (fp32 intermediates on the same inputs). Per step, the band is the largest
+|difference from the mamba run| of those runs up to that step (a running max: two runs drift apart, and a
+pointwise band would close where their curves cross). A candidate (Helion) passes where, at every step, its loss
+and its gradient norm lie within FACTOR x band + ATOL_REL x |mamba's value| of the mamba run; its final loss (the
+mean of the last tenth of the steps) within FACTOR x the band runs' largest final difference (+ the same floor);
+and its parameters after the last step within FACTOR x the band runs' largest distance from mamba's, each
+measured relative to mamba's own drift |theta_N - theta_0| (+ ATOL_REL x |theta_N| / drift). On CPU the Triton
+interpreter runs atomics in program order, so a rerun is bitwise identical and the band is mamba-ssm vs the
+reference alone: the output says which.
 
 Writes to ``--out``: ``convergence.json`` (every curve, the band, the verdicts, step times), one PNG per task (the
 curves, the deviations from mamba-ssm against the bound) and ``summary.md``. ``--control`` also trains the Helion
@@ -72,22 +73,54 @@ CLIP = 1.0
 BASELINE, RERUN, REFERENCE, CANDIDATE = "mamba", "mamba-rerun", "reference", "helion"
 CONTROL = "helion-no-D"
 """``--control``: the Helion backend with its D skip term dropped, which the band must reject."""
-BAND_RUNS = (RERUN, REFERENCE)
+
+
+def rerun_names(reruns: int) -> list[str]:
+    """The names of mamba-ssm's reruns: ``mamba-rerun-1`` ... (each one more draw of its atomics' order)."""
+    return [f"{RERUN}-{i}" for i in range(1, reruns + 1)]
+
+
+def band_names(runs: Sequence[str]) -> list[str]:
+    """The runs of ``runs`` that make the band: every mamba-ssm rerun, then the reference."""
+    return [n for n in runs if n.startswith(f"{RERUN}-")] + [n for n in runs if n == REFERENCE]
+
+
 TASKS = ("text", "recall")
 
 PRESETS: dict[str, dict[str, Any]] = {
     "cuda": {
         "model": cm.ModelConfig(n_layers=4, d_model=256, nheads=8, headdim=64, ngroups=1, dstate=128, chunk_size=128),
-        "train": {"steps": 300, "batch": 8, "seqlen": 1024, "lr": 2e-3, "recall_pairs": 16, "corpus_bytes": 2 << 20},
+        "train": {
+            "steps": 300,
+            "batch": 8,
+            "seqlen": 1024,
+            "lr": 2e-3,
+            "recall_pairs": 8,
+            "recall_keys": 32,
+            "corpus_bytes": 2 << 20,
+        },
+        "reruns": 3,
     },
     "cpu": {
         "model": cm.ModelConfig(n_layers=2, d_model=16, nheads=2, headdim=16, ngroups=1, dstate=16, chunk_size=16),
-        "train": {"steps": 6, "batch": 1, "seqlen": 32, "lr": 3e-3, "recall_pairs": 2, "corpus_bytes": 1 << 16},
+        "train": {
+            "steps": 6,
+            "batch": 1,
+            "seqlen": 32,
+            "lr": 3e-3,
+            "recall_pairs": 2,
+            "recall_keys": 32,
+            "corpus_bytes": 1 << 16,
+        },
+        "reruns": 1,
     },
 }
 """CUDA: the SSD in the Nemotron-3-Nano mixer's config bucket (headdim 64, dstate 128, chunk 128, 8 heads per
-group) and the gated norm in its group of 512, so that configs promoted for that mixer are the ones loaded; 4
-runs of 300 steps per task. CPU: the Triton interpreter, two layers, 32 tokens (two chunks), a few steps."""
+group) and the gated norm in its group of 512, so that configs promoted for that mixer are the ones loaded; 300
+steps per task; recall of 8 pairs from 32 keys, which this model learns within them (16 pairs of 128 keys sat at
+chance: bench/results/cpu-recall-learnability); three mamba-ssm reruns for the band (one is a single draw of how
+far a correct run strays). CPU: the Triton interpreter, two layers, 32 tokens (two chunks), a few steps, one rerun
+(bitwise identical there)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +132,7 @@ class TrainConfig:
     seqlen: int
     lr: float
     recall_pairs: int
+    recall_keys: int
     corpus_bytes: int
     weight_decay: float = 0.1
     seed: int = 0
@@ -106,7 +140,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """ValueError naming the first unusable setting."""
-        for name in ("steps", "batch", "seqlen", "recall_pairs", "corpus_bytes"):
+        for name in ("steps", "batch", "seqlen", "recall_pairs", "recall_keys", "corpus_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not self.lr > 0:
@@ -141,11 +175,12 @@ def make_batches(task: str, tc: TrainConfig) -> tuple[cm.Batches, dict[str, Any]
             **info,
             "levels": {"uniform over bytes": math.log(cm.VOCAB)},
         }
-    batches = cm.recall_batches(tc.steps, tc.batch, tc.seqlen, tc.recall_pairs, tc.data_seed)
+    batches = cm.recall_batches(tc.steps, tc.batch, tc.seqlen, tc.recall_pairs, tc.recall_keys, tc.data_seed)
     return batches, {
         "pairs": tc.recall_pairs,
+        "keys": tc.recall_keys,
         "scored_per_sequence": int((batches.targets[0, 0] != cm.IGNORE).sum()),
-        "levels": {"chance": math.log(cm.RECALL_KEYS), "solved": 0.0},
+        "levels": {"chance": math.log(tc.recall_keys), "solved": 0.0},
     }
 
 
@@ -296,14 +331,14 @@ def judge_params(
 
 
 def judge(runs: Mapping[str, Run], candidates: Sequence[str], init: Mapping[str, torch.Tensor]) -> dict[str, Any]:
-    """The band from :data:`BAND_RUNS` present in ``runs`` and each candidate's verdict against mamba-ssm's run."""
+    """The band from the runs of :func:`band_names` and each candidate's verdict against mamba-ssm's run."""
     base = runs[BASELINE]
-    band_names = [n for n in BAND_RUNS if n in runs]
-    unusable = [n for n in [BASELINE, *band_names] if runs[n].error or not all(map(math.isfinite, runs[n].losses))]
-    if not band_names or unusable:
+    names = band_names(list(runs))
+    unusable = [n for n in [BASELINE, *names] if runs[n].error or not all(map(math.isfinite, runs[n].losses))]
+    if not names or unusable:
         reason = f"no band: {', '.join(unusable) or 'no band run'} did not complete with finite losses"
         return {"band": None, "verdicts": {c: {"passed": False, "error": reason} for c in candidates}}
-    band = [runs[n] for n in band_names]
+    band = [runs[n] for n in names]
     bounds = {
         "loss": curve_bound(base.losses, [r.losses for r in band]),
         "grad_norm": curve_bound(base.grad_norms, [r.grad_norms for r in band]),
@@ -320,12 +355,12 @@ def judge(runs: Mapping[str, Run], candidates: Sequence[str], init: Mapping[str,
         verdicts[name] = {"passed": all(c["passed"] for c in checks.values()) and not run.error, **checks}
         if run.error:
             verdicts[name]["error"] = run.error
-    rerun = runs.get(RERUN)
-    identical = rerun is not None and all(torch.equal(rerun.params[n], base.params[n]) for n in base.params)
+    reruns = [runs[n] for n in names if n != REFERENCE]
+    identical = all(torch.equal(r.params[n], base.params[n]) for r in reruns for n in base.params)
     return {
         "band": {
-            "runs": band_names,
-            "rerun_bitwise_identical": identical if rerun is not None else None,
+            "runs": names,
+            "rerun_bitwise_identical": identical if reruns else None,
             "bound": bounds,
             "deviation": {
                 n: {
@@ -346,10 +381,13 @@ def band_note(band: Mapping[str, Any] | None, dev: str) -> str:
         return "no band (a band run failed)"
     if band["rerun_bitwise_identical"] is None:
         return "band: mamba-ssm vs the reference alone (no rerun made)"
+    reruns = len(band["runs"]) - (REFERENCE in band["runs"])
+    what = "rerun was" if reruns == 1 else f"{reruns} reruns were"
     if band["rerun_bitwise_identical"]:
         why = "the CPU interpreter runs atomics in program order" if dev == "cpu" else "on this GPU"
-        return f"band: mamba-ssm vs the reference alone (the mamba-ssm rerun was bitwise identical: {why})"
-    return "band: the larger of mamba-ssm vs its rerun (atomic reduction order) and mamba-ssm vs the reference"
+        return f"band: mamba-ssm vs the reference alone (the mamba-ssm {what} bitwise identical: {why})"
+    them = "its rerun" if reruns == 1 else f"its {reruns} reruns"
+    return f"band: the largest of mamba-ssm vs {them} (atomic reduction order) and mamba-ssm vs the reference"
 
 
 def run_task(
@@ -603,6 +641,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seqlen", type=int)
     parser.add_argument("--layers", type=int)
     parser.add_argument("--lr", type=float)
+    parser.add_argument("--recall-pairs", type=int, help="key-value pairs per recall episode")
+    parser.add_argument("--recall-keys", type=int, help="recall keys (and values) to draw from: chance is ln(keys)")
+    parser.add_argument("--reruns", type=int, help="mamba-ssm reruns for the band (default: the device's preset)")
     parser.add_argument("--seed", type=int, default=0, help="initial weights")
     parser.add_argument("--data-seed", type=int, default=1, help="batches and their order")
     parser.add_argument(
@@ -612,14 +653,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def configure(args: argparse.Namespace) -> tuple[cm.ModelConfig, TrainConfig, list[str]]:
-    """The model and training settings and tasks the arguments ask for; ValueError (one line) if unusable."""
+def configure(args: argparse.Namespace) -> tuple[cm.ModelConfig, TrainConfig, list[str], int]:
+    """The model and training settings, tasks and number of mamba-ssm reruns the arguments ask for; ValueError (one
+    line) if unusable."""
     preset = PRESETS[args.device]
     model = dataclasses.replace(preset["model"], **({"n_layers": args.layers} if args.layers is not None else {}))
-    given = {k: getattr(args, k) for k in ("steps", "batch", "seqlen", "lr") if getattr(args, k) is not None}
+    names = ("steps", "batch", "seqlen", "lr", "recall_pairs", "recall_keys")
+    given = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     train_cfg = TrainConfig(**{**preset["train"], **given, "seed": args.seed, "data_seed": args.data_seed})
     model.validate()
     train_cfg.validate()
+    reruns = preset["reruns"] if args.reruns is None else args.reruns
+    if reruns < 0:
+        raise ValueError(f"reruns must be at least 0, got {reruns}")
     tasks = [t for t in args.tasks.split(",") if t]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:
@@ -629,7 +675,7 @@ def configure(args: argparse.Namespace) -> tuple[cm.ModelConfig, TrainConfig, li
         raise ValueError(f"--out {out} exists and is not a directory")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda, but torch sees no CUDA device (--device cpu runs the tiny version)")
-    return model, train_cfg, tasks
+    return model, train_cfg, tasks, reruns
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -639,7 +685,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.plot_from:
             redraw(_load_payload(args.plot_from), out)
             return 0
-        cfg, tc, tasks = configure(args)
+        cfg, tc, tasks, reruns = configure(args)
         for task in tasks:
             make_batches(task, dataclasses.replace(tc, steps=1))  # bad data (a stripped stdlib) fails before training
     except ValueError as exc:
@@ -653,7 +699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     loaded = {name: cm.load_backend(name) for name in cm.BACKENDS}
     backends = {
         BASELINE: loaded["mamba"],
-        RERUN: loaded["mamba"],
+        **dict.fromkeys(rerun_names(reruns), loaded["mamba"]),
         CANDIDATE: loaded["helion"],
         REFERENCE: loaded["reference"],
     }

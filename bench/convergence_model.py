@@ -249,25 +249,28 @@ def text_batches(corpus: torch.Tensor, steps: int, batch: int, seqlen: int, seed
     return Batches(windows[..., :-1].contiguous(), windows[..., 1:].contiguous())
 
 
-RECALL_KEYS = 128
-"""Associative recall: keys are byte values 0..127, values 128..255 (chance loss ln 128 on the answers)."""
+MAX_RECALL_KEYS = 128
+"""Associative recall: keys are byte values 0..keys-1, values 128..128+keys-1 (at most 128 of each)."""
 
 
-def recall_batches(steps: int, batch: int, seqlen: int, pairs: int, seed: int) -> Batches:
-    """Multi-query associative recall: episodes of ``pairs`` key-value pairs (distinct keys, random values), then
-    every key once more as a query in random order followed by its value, episodes back to back. Only the
-    answers are scored: the loss of a model that solved the task is 0, of one that guesses ln(128)."""
-    if not 1 <= pairs <= RECALL_KEYS:
-        raise ValueError(f"recall pairs must be in 1..{RECALL_KEYS}, got {pairs}")
+def recall_batches(steps: int, batch: int, seqlen: int, pairs: int, keys: int, seed: int) -> Batches:
+    """Multi-query associative recall: episodes of ``pairs`` key-value pairs (distinct keys of ``keys``, random
+    values of as many), then every key once more as a query in random order followed by its value, episodes back
+    to back. Only the answers are scored: the loss of a model that solved the task is 0, of one that guesses
+    ln(keys)."""
+    if not 1 <= keys <= MAX_RECALL_KEYS:
+        raise ValueError(f"recall keys must be in 1..{MAX_RECALL_KEYS}, got {keys}")
+    if not 1 <= pairs <= keys:
+        raise ValueError(f"recall pairs must be in 1..{keys} (the recall keys), got {pairs}")
     g = torch.Generator().manual_seed(seed)
     per_episode = 4 * pairs
     episodes = steps * batch * -(-(seqlen + 1) // per_episode)
-    keys = torch.rand(episodes, RECALL_KEYS, generator=g).argsort(dim=1)[:, :pairs]
-    values = torch.randint(RECALL_KEYS, 2 * RECALL_KEYS, (episodes, pairs), generator=g)
+    drawn = torch.rand(episodes, keys, generator=g).argsort(dim=1)[:, :pairs]
+    values = torch.randint(MAX_RECALL_KEYS, MAX_RECALL_KEYS + keys, (episodes, pairs), generator=g)
     order = torch.rand(episodes, pairs, generator=g).argsort(dim=1)
     tokens = torch.empty(episodes, per_episode, dtype=torch.long)
-    tokens[:, 0 : 2 * pairs : 2], tokens[:, 1 : 2 * pairs : 2] = keys, values
-    tokens[:, 2 * pairs :: 2], tokens[:, 2 * pairs + 1 :: 2] = keys.gather(1, order), values.gather(1, order)
+    tokens[:, 0 : 2 * pairs : 2], tokens[:, 1 : 2 * pairs : 2] = drawn, values
+    tokens[:, 2 * pairs :: 2], tokens[:, 2 * pairs + 1 :: 2] = drawn.gather(1, order), values.gather(1, order)
     answer = torch.zeros(per_episode, dtype=torch.bool)
     answer[2 * pairs + 1 :: 2] = True
     tokens = tokens.reshape(steps, batch, -1)[..., : seqlen + 1]

@@ -103,6 +103,9 @@ def test_outputs(conv, result, tmp_path):
         (["--tasks", "text,poetry"], "unknown task 'poetry'"),
         (["--layers", "0"], "n_layers must be at least 1"),
         (["--lr", "-1"], "lr must be positive"),
+        (["--reruns", "-1"], "reruns must be at least 0"),
+        (["--recall-keys", "200"], "recall keys must be in 1..128"),
+        (["--recall-pairs", "40"], "recall pairs must be in 1..32 (the recall keys)"),
         (["--out", "FILE"], "exists and is not a directory"),
         (["--plot-from", "FILE"], "cannot read"),
     ],
@@ -119,3 +122,55 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(conv, tmp_path, args, 
     assert code == 2 and len(lines) == 1 and needle in lines[0], stderr.getvalue()
     assert not out.exists()
     assert a_file.read_text() == "{oops"
+
+
+def _run(conv: ModuleType, name: str, losses: list[float], params: float) -> Any:
+    return conv.Run(name, losses=losses, grad_norms=[1.0] * len(losses), params={"w": torch.tensor([params])})
+
+
+def test_the_band_is_the_widest_of_every_rerun_and_the_reference(conv):
+    # One rerun is one draw of how far a correct run strays; the band takes the widest of all of them, per step.
+    base = [2.0, 1.5, 1.0]
+    runs = {
+        conv.BASELINE: _run(conv, conv.BASELINE, base, 1.0),
+        **{
+            name: _run(conv, name, [b + d for b, d in zip(base, devs, strict=True)], 1.0 + devs[-1])
+            for name, devs in zip(conv.rerun_names(2), ([0.0, 0.01, 0.0], [0.0, 0.0, 0.03]), strict=True)
+        },
+        conv.REFERENCE: _run(conv, conv.REFERENCE, [2.001, 1.5, 1.0], 1.0),
+        conv.CANDIDATE: _run(conv, conv.CANDIDATE, [2.0, 1.515, 1.05], 1.05),
+    }
+    assert conv.band_names(list(runs)) == [*conv.rerun_names(2), conv.REFERENCE]
+    judged = conv.judge(runs, [conv.CANDIDATE], {"w": torch.tensor([0.0])})
+    bound = judged["band"]["bound"]["loss"]
+    floor = [conv.ATOL_REL * b for b in base]
+    assert bound == pytest.approx([2 * 0.001 + floor[0], 2 * 0.01 + floor[1], 2 * 0.03 + floor[2]], rel=1e-6)
+    verdict = judged["verdicts"][conv.CANDIDATE]
+    assert verdict["loss_curve"]["passed"] and verdict["params"]["passed"], verdict
+    # With the second rerun left out the band is the first rerun's alone, and the same candidate fails.
+    del runs[conv.rerun_names(2)[1]]
+    verdict = conv.judge(runs, [conv.CANDIDATE], {"w": torch.tensor([0.0])})["verdicts"][conv.CANDIDATE]
+    assert not verdict["loss_curve"]["passed"] and verdict["loss_curve"]["worst_step"] == 2
+    assert "its 2 reruns" in conv.band_note(judged["band"], "cuda")
+
+
+def test_recall_scores_only_answers_each_the_value_its_key_was_given_in_the_episode(conv):
+    cm = conv.cm
+    pairs, keys, seqlen = 3, 5, 40
+    batches = cm.recall_batches(2, 2, seqlen, pairs, keys, seed=0)
+    inputs, targets = batches.inputs.flatten(0, 1), batches.targets.flatten(0, 1)
+    per_episode = 4 * pairs
+    answered = 0
+    for row_in, row_t in zip(inputs, targets, strict=True):
+        for t in range(seqlen):
+            episode = t // per_episode * per_episode
+            if t % per_episode < 2 * pairs or t % 2 == 1:  # the pairs, or a query's answer (its target: a key)
+                assert row_t[t] == cm.IGNORE
+                continue
+            key = int(row_in[t])  # the position of a query: its target is the value the key was given
+            shown = row_in[episode : episode + 2 * pairs].tolist()
+            assert 0 <= key < keys and shown[0::2].count(key) == 1
+            assert int(row_t[t]) == shown[shown.index(key) + 1]
+            assert cm.MAX_RECALL_KEYS <= int(row_t[t]) < cm.MAX_RECALL_KEYS + keys
+            answered += 1
+    assert answered == 4 * 3 * pairs  # 4 rows of 3 whole episodes: the 4th is cut within its pairs (40 = 3 x 12 + 4)
