@@ -19,6 +19,14 @@ measured relative to mamba's own drift |theta_N - theta_0| (+ ATOL_REL x |theta_
 interpreter runs atomics in program order, so a rerun is bitwise identical and the band is mamba-ssm vs the
 reference alone: the output says which.
 
+Free-running curves decorrelate where training is chaotic (a plateau, a loss spike: which run leaves it first is
+decided by rounding), and then a correct run leaves the band at random. So each rerun is first judged against the
+band of the other band runs; a curve that one of them leaves by more than its bound is not judged step by step
+(reported, with the rerun that strayed). Two checks need no free run: at every step of mamba-ssm's run, each
+candidate and the reference also compute the loss and the gradient at mamba-ssm's weights on the same batch
+(``same weights``), and the candidate's RMS error against the reference over the steps must be within FACTOR x
+mamba-ssm's own (the kernel gate's rule, on the weights training visits).
+
 Writes to ``--out``: ``convergence.json`` (every curve, the band, the verdicts, step times), one PNG per task (the
 curves, the deviations from mamba-ssm against the bound) and ``summary.md``. ``--control`` also trains the Helion
 scan with its D skip term dropped, which must be rejected. Exit 0 if every candidate passes (and the control is
@@ -153,7 +161,8 @@ class TrainConfig:
 
 @dataclasses.dataclass
 class Run:
-    """One backend's training run: per-step loss, gradient norm and milliseconds, and the final parameters."""
+    """One backend's training run: per-step loss, gradient norm and milliseconds, and the final parameters; for
+    the baseline's run also what the other backends compute at its weights (``same_weights``)."""
 
     name: str
     losses: list[float] = dataclasses.field(default_factory=list)
@@ -161,6 +170,7 @@ class Run:
     step_ms: list[float] = dataclasses.field(default_factory=list)
     params: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     error: str | None = None
+    same_weights: dict[str, dict[str, list[float]]] = dataclasses.field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,6 +209,60 @@ def _lr_factor(step: int, tc: TrainConfig) -> float:
     return 0.1 + 0.45 * (1 + math.cos(math.pi * progress))
 
 
+def _one_line(exc: BaseException) -> str:
+    """An exception as one short line: its type and the first line of its message."""
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
+
+
+def _loss_and_grad(model: torch.nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The loss of one batch (bf16 autocast on CUDA, as in training) and, after its backward, every parameter's
+    gradient flattened into one fp32 vector (before clipping)."""
+    dev = tokens.device
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+        logits = model(tokens)
+    loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=cm.IGNORE)
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    grads = [p.grad.flatten().float() for p in model.parameters() if p.grad is not None]
+    return loss.detach(), torch.cat(grads)
+
+
+def _shadow_step(
+    name: str,
+    shadows: Mapping[str, torch.nn.Module],
+    model: torch.nn.Module,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    found: dict[str, tuple[torch.Tensor, ...]],
+    record: dict[str, dict[str, Any]],
+) -> None:
+    """Each shadow backend's loss and gradient at ``model``'s weights on the same batch, recorded as its error
+    against the reference's (|loss - reference's|, |grad - reference's| / |reference's|), the run's own (in
+    ``found`` under ``name``) with them. A shadow that raises stops there, its error kept; its later steps and
+    every step without the reference's count as infinitely far."""
+    state = model.state_dict()
+    for shadow_name, shadow in shadows.items():
+        if "error" in record[shadow_name]:
+            continue
+        try:
+            shadow.load_state_dict(state)
+            found[shadow_name] = _loss_and_grad(shadow, *batch)
+        except Exception as exc:
+            error = f"step {len(record[name]['loss'])}: {_one_line(exc)}"
+            print(f"  {name:12} same-weights {shadow_name} error: {error}", file=sys.stderr)
+            record[shadow_name]["error"] = error
+    ref = found.pop(REFERENCE, None)
+    for run_name, errs in record.items():
+        if run_name == REFERENCE:
+            continue
+        if ref is None or run_name not in found:
+            errs["loss"].append(math.inf)
+            errs["grad"].append(math.inf)
+            continue
+        ref_norm = float(ref[1].norm())
+        errs["loss"].append(abs(float(found[run_name][0]) - float(ref[0])))
+        errs["grad"].append(float((found[run_name][1] - ref[1]).norm()) / ref_norm if ref_norm else math.inf)
+
+
 def train(
     name: str,
     backend: cm.Backend,
@@ -207,12 +271,18 @@ def train(
     init: Mapping[str, torch.Tensor],
     batches: cm.Batches,
     dev: torch.device,
+    shadows: Mapping[str, cm.Backend] | None = None,
 ) -> Run:
     """Train from ``init`` on ``batches``; an exception ends the run with its message recorded (the curve so far
-    kept), so that one broken backend does not hide the others."""
+    kept), so that one broken backend does not hide the others. ``shadows`` (the reference among them): before
+    every optimizer step each of these backends computes the loss and gradient at this run's weights, and
+    ``Run.same_weights`` keeps every backend's error against the reference's (this run's own under its name); the
+    step time leaves them out."""
     run = Run(name)
     model = cm.Mamba2LM(cfg, backend).to(dev)
     model.load_state_dict(init)
+    shadow_models = {s: cm.Mamba2LM(cfg, b).to(dev) for s, b in (shadows or {}).items()}
+    record: dict[str, dict[str, Any]] = {n: {"loss": [], "grad": []} for n in [name, *shadow_models]}
     named = list(model.named_parameters())
     groups = [
         {"params": [p for n, p in named if not cm.no_weight_decay(n, p)], "weight_decay": tc.weight_decay},
@@ -222,29 +292,33 @@ def train(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, tc))
     inputs, targets = batches.inputs.to(dev), batches.targets.to(dev)
     every = max(1, tc.steps // 10)
+
+    def now() -> float:
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
     try:
         for step in range(tc.steps):
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
-                logits = model(inputs[step])
-            loss = F.cross_entropy(logits.float().flatten(0, 1), targets[step].flatten(), ignore_index=cm.IGNORE)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
+            start = now()
+            loss, grad = _loss_and_grad(model, inputs[step], targets[step])
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+            elapsed = now() - start
+            if shadow_models:
+                batch = (inputs[step], targets[step])
+                _shadow_step(name, shadow_models, model, batch, {name: (loss, grad)}, record)
+            start = now()
             opt.step()
             sched.step()
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            run.step_ms.append((time.perf_counter() - start) * 1e3)
+            run.step_ms.append((now() - start + elapsed) * 1e3)
             run.losses.append(loss.item())
             run.grad_norms.append(norm.item())
             if step % every == 0 or step == tc.steps - 1:
                 print(f"  {name:12} step {step:4d} loss {run.losses[-1]:.5f} grad norm {run.grad_norms[-1]:.4f}")
     except Exception as exc:
-        run.error = f"step {len(run.losses)}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        run.error = f"step {len(run.losses)}: {_one_line(exc)}"
         print(f"  {name:12} error: {run.error}", file=sys.stderr)
+    run.same_weights = record if shadow_models else {}
     run.params = {n: p.detach().float().cpu().clone() for n, p in named}
     return run
 
@@ -330,6 +404,56 @@ def judge_params(
     }
 
 
+def _rms(values: Sequence[float]) -> float:
+    """Root mean square (infinite where a value is, or where there are none)."""
+    return math.sqrt(statistics.fmean(v * v for v in values)) if values else math.inf
+
+
+def judge_same_weights(errors: Sequence[float], base_errors: Sequence[float], floor: float) -> dict[str, Any]:
+    """A candidate's error against the reference at the baseline's weights, over the steps: its RMS within FACTOR x
+    the baseline's own RMS error (+ ``floor``), the rule of the kernel gate; the worst step for a diagnosis."""
+    bound = FACTOR * _rms(base_errors) + floor
+    value = _rms(errors) if len(errors) == len(base_errors) else math.inf
+    ratio = _ratio(value, bound) if math.isfinite(value) else math.inf
+    worst = max(range(len(errors)), key=errors.__getitem__) if errors else None
+    return {
+        "passed": ratio <= 1,
+        "ratio": ratio,
+        "rms": value,
+        "baseline_rms": _rms(base_errors),
+        "bound": bound,
+        "worst_step": worst,
+        "worst_step_ratio": None if worst is None else _ratio(errors[worst], bound),
+    }
+
+
+SCALAR_CHECKS = ("final_loss", "params", "same_weights_loss", "same_weights_grad")
+"""The checks with one ratio each (beside the two curves)."""
+
+CURVES = (("loss", "losses"), ("grad_norm", "grad_norms"))
+"""The per-step curves judged against the band: (quantity, Run attribute)."""
+
+
+def band_consistency(base: Run, band: Mapping[str, Run]) -> dict[str, dict[str, float]]:
+    """Each mamba-ssm rerun judged as a candidate against the band of the other band runs (leave one out): its
+    worst step's deviation over that bound, per curve. Above 1, a correct run leaves the band: the runs have
+    decorrelated (a chaotic stretch of training), and a step-by-step comparison with them says nothing."""
+    found = {}
+    for name, run in band.items():
+        others = [r for n, r in band.items() if n != name]
+        if name == REFERENCE or not others:
+            continue
+        found[name] = {
+            quantity: judge_curve(
+                getattr(run, attr),
+                getattr(base, attr),
+                curve_bound(getattr(base, attr), [getattr(r, attr) for r in others]),
+            )["max_ratio"]
+            for quantity, attr in CURVES
+        }
+    return found
+
+
 def judge(runs: Mapping[str, Run], candidates: Sequence[str], init: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     """The band from the runs of :func:`band_names` and each candidate's verdict against mamba-ssm's run."""
     base = runs[BASELINE]
@@ -339,22 +463,30 @@ def judge(runs: Mapping[str, Run], candidates: Sequence[str], init: Mapping[str,
         reason = f"no band: {', '.join(unusable) or 'no band run'} did not complete with finite losses"
         return {"band": None, "verdicts": {c: {"passed": False, "error": reason} for c in candidates}}
     band = [runs[n] for n in names]
-    bounds = {
-        "loss": curve_bound(base.losses, [r.losses for r in band]),
-        "grad_norm": curve_bound(base.grad_norms, [r.grad_norms for r in band]),
-    }
+    bounds = {q: curve_bound(getattr(base, attr), [getattr(r, attr) for r in band]) for q, attr in CURVES}
+    consistency = band_consistency(base, {n: runs[n] for n in names})
+    judged = {q: all(ratios[q] <= 1 for ratios in consistency.values()) for q, _ in CURVES}
+    same = base.same_weights
     verdicts: dict[str, Any] = {}
     for name in candidates:
         run = runs[name]
         checks = {
-            "loss_curve": judge_curve(run.losses, base.losses, bounds["loss"]),
-            "grad_norm_curve": judge_curve(run.grad_norms, base.grad_norms, bounds["grad_norm"]),
-            "final_loss": judge_final(run.losses, base.losses, [r.losses for r in band]),
-            "params": judge_params(run.params, base.params, [r.params for r in band], init),
+            f"{q}_curve": {**judge_curve(getattr(run, attr), getattr(base, attr), bounds[q]), "judged": judged[q]}
+            for q, attr in CURVES
         }
-        verdicts[name] = {"passed": all(c["passed"] for c in checks.values()) and not run.error, **checks}
-        if run.error:
-            verdicts[name]["error"] = run.error
+        checks["final_loss"] = judge_final(run.losses, base.losses, [r.losses for r in band])
+        checks["params"] = judge_params(run.params, base.params, [r.params for r in band], init)
+        errors = [run.error]
+        if same:  # the baseline's run carried the candidates as shadows: their errors at its weights
+            mine = same.get(name, {"loss": [], "grad": [], "error": "not computed at the baseline's weights"})
+            floor = ATOL_REL * _rms(base.losses)
+            checks["same_weights_loss"] = judge_same_weights(mine["loss"], same[BASELINE]["loss"], floor)
+            checks["same_weights_grad"] = judge_same_weights(mine["grad"], same[BASELINE]["grad"], ATOL_REL)
+            errors.append(mine.get("error") and f"at the baseline's weights, {mine['error']}")
+        passed = all(c["passed"] or not c.get("judged", True) for c in checks.values())
+        verdicts[name] = {"passed": passed and not any(errors), **checks}
+        if any(errors):
+            verdicts[name]["error"] = "; ".join(e for e in errors if e)
     reruns = [runs[n] for n in names if n != REFERENCE]
     identical = all(torch.equal(r.params[n], base.params[n]) for r in reruns for n in base.params)
     return {
@@ -362,6 +494,8 @@ def judge(runs: Mapping[str, Run], candidates: Sequence[str], init: Mapping[str,
             "runs": names,
             "rerun_bitwise_identical": identical if reruns else None,
             "bound": bounds,
+            "consistency": consistency,
+            "curves_judged": judged,
             "deviation": {
                 n: {
                     "loss": _abs_diff(runs[n].losses, base.losses),
@@ -387,7 +521,15 @@ def band_note(band: Mapping[str, Any] | None, dev: str) -> str:
         why = "the CPU interpreter runs atomics in program order" if dev == "cpu" else "on this GPU"
         return f"band: mamba-ssm vs the reference alone (the mamba-ssm {what} bitwise identical: {why})"
     them = "its rerun" if reruns == 1 else f"its {reruns} reruns"
-    return f"band: the largest of mamba-ssm vs {them} (atomic reduction order) and mamba-ssm vs the reference"
+    note = f"band: the largest of mamba-ssm vs {them} (atomic reduction order) and mamba-ssm vs the reference"
+    for quantity, judged in band.get("curves_judged", {}).items():
+        if not judged:
+            name, ratios = max(band["consistency"].items(), key=lambda kv: kv[1][quantity])
+            note += (
+                f"; {quantity} curve not judged: {name} strays to {ratios[quantity]:.3g}x the band of the others "
+                "(the runs decorrelate)"
+            )
+    return note
 
 
 def run_task(
@@ -404,9 +546,10 @@ def run_task(
     batches, data = make_batches(task, tc)
     init = initial_state(cfg, tc.seed, backends[BASELINE])
     runs: dict[str, Run] = {}
+    shadows = {n: backends[n] for n in [*candidates, *controls, REFERENCE] if n in backends}
     for name, backend in backends.items():
-        print(f"{task}: training {name}", flush=True)
-        runs[name] = train(name, backend, cfg, tc, init, batches, dev)
+        print(f"{task}: training {name}" + (f" (at its weights: {', '.join(shadows)})" if name == BASELINE else ""))
+        runs[name] = train(name, backend, cfg, tc, init, batches, dev, shadows=shadows if name == BASELINE else None)
         if dev.type == "cuda":
             torch.cuda.empty_cache()
     judged = judge(runs, [*candidates, *controls], init)
@@ -424,6 +567,7 @@ def run_task(
             for name, r in runs.items()
         },
         "timing_skips_steps": warm,
+        "same_weights": runs[BASELINE].same_weights,
         **judged,
         "note": band_note(judged["band"], dev.type),
         "controls": list(controls),
@@ -454,25 +598,29 @@ def summary_lines(payload: Mapping[str, Any]) -> list[str]:
             )
         lines += [
             "",
-            "| candidate | loss curve | grad-norm curve | final loss | params | verdict |",
-            "|---|---|---|---|---|---|",
+            "| candidate | loss curve | grad-norm curve | final loss | params | loss, same weights "
+            "| gradient, same weights | verdict |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for name, v in result["verdicts"].items():
             if "loss_curve" not in v:
-                lines.append(f"| {name} | | | | | FAIL: {v['error']} |")
+                lines.append(f"| {name} | | | | | | | FAIL: {v['error']} |")
                 continue
             cells = [
-                f"{v['loss_curve']['max_ratio']:.3g} (step {v['loss_curve']['worst_step']})",
-                f"{v['grad_norm_curve']['max_ratio']:.3g} (step {v['grad_norm_curve']['worst_step']})",
-                f"{v['final_loss']['ratio']:.3g}",
-                f"{v['params']['ratio']:.3g}",
+                f"{v[c]['max_ratio']:.3g} (step {v[c]['worst_step']})" + ("" if v[c]["judged"] else ", not judged")
+                for c in ("loss_curve", "grad_norm_curve")
             ]
+            cells += [f"{v[c]['ratio']:.3g}" if c in v else "-" for c in SCALAR_CHECKS]
             verdict = "pass" if v["passed"] else "FAIL" + (f": {v['error']}" if v.get("error") else "")
             if name in result.get("controls", ()):
                 verdict = f"{verdict} (control: {'rejected' if not v['passed'] else '**NOT REJECTED**'})"
             lines.append(f"| {name} | {' | '.join(cells)} | {verdict} |")
-        lines.append("")
-        lines.append(f"Cells: deviation from mamba / bound (pass <= 1); bound = {FACTOR} x band + {ATOL_REL} x value.")
+        lines += [
+            "",
+            f"Cells (pass <= 1): curves, final loss and params: deviation from mamba / bound, bound = {FACTOR} x band"
+            f" + {ATOL_REL} x value; same weights: RMS error against the reference at mamba's weights / ({FACTOR} x"
+            " mamba's).",
+        ]
     lines += ["", f"**{'PASS' if payload['passed'] else 'FAIL'}**"]
     return lines
 
@@ -489,7 +637,9 @@ def _write_png(figure: Any, path: Path) -> None:
 
 def plot(payload: Mapping[str, Any], out: Path) -> list[Path]:
     """One PNG per task: loss and gradient norm per run (top), each run's |difference from mamba-ssm| with the
-    bound a candidate must stay under (bottom, log scale; a difference of exactly 0 is not drawn)."""
+    bound a candidate must stay under (middle, log scale; a difference of exactly 0 is not drawn) and, where the
+    JSON has them, each backend's loss and gradient error against the reference at mamba-ssm's weights with the
+    bound on their RMS (bottom)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -498,7 +648,9 @@ def plot(payload: Mapping[str, Any], out: Path) -> list[Path]:
     written = []
     for task, result in payload["tasks"].items():
         colors = {name: f"C{i}" for i, name in enumerate(result["runs"])}
-        fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
+        same = result.get("same_weights") or {}
+        rows = 3 if same else 2
+        fig, axes = plt.subplots(rows, 2, figsize=(12, 4 * rows), sharex=True)
         for col, (key, title) in enumerate((("losses", "loss"), ("grad_norms", "gradient norm (before clipping)"))):
             top, bottom = axes[0][col], axes[1][col]
             for name, run in result["runs"].items():
@@ -521,7 +673,25 @@ def plot(payload: Mapping[str, Any], out: Path) -> list[Path]:
                 bottom.set_yscale("log")
                 bottom.legend(fontsize=8)
             bottom.set_title(f"|{title.split(' (')[0]} - mamba-ssm's| (0 not drawn)")
-            bottom.set_xlabel("step")
+            axes[-1][col].set_xlabel("step")
+            if same:
+                quantity = "loss" if key == "losses" else "grad"
+                ax = axes[2][col]
+                for name, errs in same.items():
+                    shown = [e if 0 < e < math.inf else math.nan for e in errs.get(quantity, [])]
+                    if shown:
+                        ax.plot(shown, label=name, lw=0.8, color=colors.get(name, "grey"))
+                bounds = {
+                    v[f"same_weights_{quantity}"]["bound"]
+                    for v in result["verdicts"].values()
+                    if f"same_weights_{quantity}" in v
+                }
+                for bound in bounds:  # one bound for every candidate: FACTOR x mamba-ssm's RMS + the floor
+                    ax.axhline(bound, color="black", lw=1.2, ls=":", label="bound on a candidate's RMS")
+                ax.set_yscale("log")
+                ax.legend(fontsize=8)
+                what = "|loss - reference's|" if quantity == "loss" else "|grad - reference's| / |reference's|"
+                ax.set_title(f"at mamba-ssm's weights: {what}")
         fig.suptitle(result["note"], fontsize=9)
         fig.tight_layout()
         path = out / f"{task}.png"

@@ -740,8 +740,27 @@ def _convergence_plot(plot: str, task_name: str, task: dict[str, Any]) -> str:
     return _img(plot, fig, f"{task_name}: loss and gradient norm per step of each backend, with the band")
 
 
-RATIOS = (("loss_curve", "max_ratio"), ("grad_norm_curve", "max_ratio"), ("final_loss", "ratio"), ("params", "ratio"))
-"""The checks of a convergence candidate's verdict and where each keeps its deviation / bound."""
+RATIOS = (
+    ("loss_curve", "max_ratio"),
+    ("grad_norm_curve", "max_ratio"),
+    ("final_loss", "ratio"),
+    ("params", "ratio"),
+    ("same_weights_loss", "ratio"),
+    ("same_weights_grad", "ratio"),
+)
+"""The checks of a convergence candidate's verdict and where each keeps its deviation / bound (the two
+same-weights checks only in files that have them)."""
+
+
+def _convergence_cell(verdict: dict[str, Any], check: str, key: str) -> tuple[str, bool]:
+    """A check's ratio as text (with its worst step, and "not judged" where the band runs decorrelated) and
+    whether it fails; "–" for a check the file lacks."""
+    if check not in verdict:
+        return "–", False
+    found = verdict[check]
+    judged = found.get("judged", True)
+    text = _fmt(found[key]) + (f" (step {found['worst_step']})" if key == "max_ratio" else "")
+    return text + ("" if judged else ", not judged"), judged and found[key] > 1
 
 
 def _convergence_verdicts(task_name: str, task: dict[str, Any]) -> str:
@@ -750,15 +769,15 @@ def _convergence_verdicts(task_name: str, task: dict[str, Any]) -> str:
     rows = []
     for name, verdict in task["verdicts"].items():
         if "loss_curve" not in verdict:
-            rows.append([_esc(name), f'<td colspan="5">{_esc(verdict["error"])}</td>', _verdict(verdict["passed"])])
+            rows.append([_esc(name), f'<td colspan="7">{_esc(verdict["error"])}</td>', _verdict(verdict["passed"])])
             continue
         cells = []
         for check, key in RATIOS:
-            ratio = verdict[check][key]
-            step = f" (step {verdict[check]['worst_step']})" if key == "max_ratio" else ""
+            text, failed = _convergence_cell(verdict, check, key)
+            ratio = verdict[check][key] if check in verdict else None
             cells.append(
-                f'<td class="num{" fail" if ratio > 1 else ""}" data-convergence="{_esc(task_name)}|{_esc(name)}|'
-                f'{check}" data-ratio="{ratio!r}">{_fmt(ratio)}{step}</td>'
+                f'<td class="num{" fail" if failed else ""}" data-convergence="{_esc(task_name)}|{_esc(name)}|'
+                f'{check}" data-ratio="{ratio!r}">{_esc(text)}</td>'
             )
         final = f'<td class="num">{_fmt(verdict["final_loss"]["value"], ".5f")}</td>'
         error = f"<br>{_esc(verdict['error'])}" if verdict.get("error") else ""
@@ -770,6 +789,8 @@ def _convergence_verdicts(task_name: str, task: dict[str, Any]) -> str:
         "final loss",
         "final loss / bound",
         "params / bound",
+        "loss at mamba's weights: RMS error / bound",
+        "gradient at mamba's weights: RMS error / bound",
         "verdict",
     )
     return _table(header, rows)
@@ -1005,18 +1026,23 @@ def _convergence_md(result: Result) -> list[str]:
         "",
         f"## `{result.path}`: convergence, deviation from the baseline / bound (pass <= 1)",
         "",
-        "| task | backend | loss (worst step) | grad norm (worst step) | final loss | params | verdict |",
-        "|---|---|--:|--:|--:|--:|---|",
+        "| task | backend | loss (worst step) | grad norm (worst step) | final loss | params "
+        "| loss, same weights | gradient, same weights | verdict |",
+        "|---|---|--:|--:|--:|--:|--:|--:|---|",
     ]
     times = []
     for task_name, task in result.data["tasks"].items():
         for name, v in task["verdicts"].items():
             verdict = "pass" if v["passed"] else "**FAIL**"
             if "loss_curve" not in v:
-                lines.append(f"| {task_name} | {name} | | | | | {verdict}: {v['error']} |")
+                lines.append(f"| {task_name} | {name} | | | | | | | {verdict}: {v['error']} |")
                 continue
             cells = [
-                _fmt(v[check][key]) + (f" ({v[check]['worst_step']})" if key == "max_ratio" else "")
+                "–"
+                if check not in v
+                else _fmt(v[check][key])
+                + (f" ({v[check]['worst_step']})" if key == "max_ratio" else "")
+                + ("" if v[check].get("judged", True) else ", not judged")
                 for check, key in RATIOS
             ]
             error = f": {v['error']}" if v.get("error") else ""

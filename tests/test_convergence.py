@@ -71,13 +71,17 @@ def test_the_three_backends_agree_within_the_band(conv, result):
         assert max(d / v for d, v in zip(deviation, values, strict=True)) < 1e-5, (quantity, deviation)
     assert verdict["params"]["band"] < 1e-4  # |theta_reference - theta_mamba| / |theta_mamba - theta_0|
     assert len(base["losses"]) == STEPS and all(map(math.isfinite, base["losses"]))
+    # At mamba-ssm's weights every step: Helion's loss and gradient as close to the reference's as mamba-ssm's.
+    assert set(result["same_weights"]) == {conv.BASELINE, conv.CANDIDATE, BROKEN, conv.REFERENCE}
+    for check in ("same_weights_loss", "same_weights_grad"):
+        assert verdict[check]["passed"] and len(result["same_weights"][conv.CANDIDATE]["grad"]) == STEPS
 
 
 def test_a_dropped_d_term_diverges_past_the_band(conv, result):
     verdict = result["verdicts"][BROKEN]
     assert not verdict["passed"]
     # Far past it, on every check that sees the forward: not a marginal miss.
-    for check in ("loss_curve", "final_loss", "params"):
+    for check in ("loss_curve", "final_loss", "params", "same_weights_loss", "same_weights_grad"):
         ratio = verdict[check]["max_ratio" if check == "loss_curve" else "ratio"]
         assert ratio > 10, (check, verdict[check])
 
@@ -128,30 +132,78 @@ def _run(conv: ModuleType, name: str, losses: list[float], params: float) -> Any
     return conv.Run(name, losses=losses, grad_norms=[1.0] * len(losses), params={"w": torch.tensor([params])})
 
 
+def _runs(conv: ModuleType, deviations: dict[str, list[float]], base: list[float]) -> dict[str, Any]:
+    """Made-up runs: mamba's curve ``base`` and each other run ``base`` + its deviations (its one parameter as
+    far from mamba's as its last deviation)."""
+    runs = {conv.BASELINE: _run(conv, conv.BASELINE, base, 1.0)}
+    for name, devs in deviations.items():
+        runs[name] = _run(conv, name, [b + d for b, d in zip(base, devs, strict=True)], 1.0 + devs[-1])
+    return runs
+
+
 def test_the_band_is_the_widest_of_every_rerun_and_the_reference(conv):
     # One rerun is one draw of how far a correct run strays; the band takes the widest of all of them, per step.
     base = [2.0, 1.5, 1.0]
-    runs = {
-        conv.BASELINE: _run(conv, conv.BASELINE, base, 1.0),
-        **{
-            name: _run(conv, name, [b + d for b, d in zip(base, devs, strict=True)], 1.0 + devs[-1])
-            for name, devs in zip(conv.rerun_names(2), ([0.0, 0.01, 0.0], [0.0, 0.0, 0.03]), strict=True)
+    first, second = conv.rerun_names(2)
+    runs = _runs(
+        conv,
+        {
+            first: [0.0, 0.01, 0.02],
+            second: [0.0, 0.012, 0.03],
+            conv.REFERENCE: [0.001, 0.0, 0.0],
+            conv.CANDIDATE: [0.0, 0.015, 0.05],
         },
-        conv.REFERENCE: _run(conv, conv.REFERENCE, [2.001, 1.5, 1.0], 1.0),
-        conv.CANDIDATE: _run(conv, conv.CANDIDATE, [2.0, 1.515, 1.05], 1.05),
-    }
-    assert conv.band_names(list(runs)) == [*conv.rerun_names(2), conv.REFERENCE]
+        base,
+    )
+    assert conv.band_names(list(runs)) == [first, second, conv.REFERENCE]
     judged = conv.judge(runs, [conv.CANDIDATE], {"w": torch.tensor([0.0])})
-    bound = judged["band"]["bound"]["loss"]
     floor = [conv.ATOL_REL * b for b in base]
-    assert bound == pytest.approx([2 * 0.001 + floor[0], 2 * 0.01 + floor[1], 2 * 0.03 + floor[2]], rel=1e-6)
+    expected = [2 * 0.001 + floor[0], 2 * 0.012 + floor[1], 2 * 0.03 + floor[2]]
+    assert judged["band"]["bound"]["loss"] == pytest.approx(expected, rel=1e-6)
+    # Each rerun stays within the band of the others: the curves are judged, and the candidate is within them.
+    assert judged["band"]["curves_judged"] == {"loss": True, "grad_norm": True}
     verdict = judged["verdicts"][conv.CANDIDATE]
-    assert verdict["loss_curve"]["passed"] and verdict["params"]["passed"], verdict
-    # With the second rerun left out the band is the first rerun's alone, and the same candidate fails.
-    del runs[conv.rerun_names(2)[1]]
-    verdict = conv.judge(runs, [conv.CANDIDATE], {"w": torch.tensor([0.0])})["verdicts"][conv.CANDIDATE]
-    assert not verdict["loss_curve"]["passed"] and verdict["loss_curve"]["worst_step"] == 2
+    assert verdict["passed"] and verdict["loss_curve"]["judged"], verdict
+    assert verdict["loss_curve"]["max_ratio"] == pytest.approx(0.05 / expected[2])
     assert "its 2 reruns" in conv.band_note(judged["band"], "cuda")
+
+
+def test_a_curve_is_not_judged_where_a_rerun_leaves_the_band_of_the_others(conv):
+    # A correct run that strays far past the band of the other correct runs shows the runs have decorrelated
+    # (a chaotic stretch): a step-by-step comparison with them would fail correct candidates at random.
+    base = [2.0, 1.5, 1.0]
+    first, second = conv.rerun_names(2)
+    deviations = {
+        first: [0.0, 1e-4, 0.5],
+        second: [0.0, 1e-4, 2e-4],
+        conv.REFERENCE: [1e-4, 0.0, 0.0],
+        conv.CANDIDATE: [0.0, 0.01, 0.01],
+    }
+    init = {"w": torch.tensor([0.0])}
+    judged = conv.judge(_runs(conv, deviations, base), [conv.CANDIDATE], init)
+    assert judged["band"]["consistency"][first]["loss"] == pytest.approx(0.5 / (2 * 2e-4 + 1e-6))
+    assert judged["band"]["curves_judged"] == {"loss": False, "grad_norm": True}
+    verdict = judged["verdicts"][conv.CANDIDATE]
+    assert verdict["loss_curve"]["max_ratio"] > 10 and not verdict["loss_curve"]["judged"]
+    assert verdict["passed"], verdict  # final loss and parameters still judged, and within the band
+    assert f"loss curve not judged: {first} strays to" in conv.band_note(judged["band"], "cuda")
+    # Without the stray rerun the others agree, the curve is judged, and the candidate's step 1 is far out.
+    del deviations[first]
+    judged = conv.judge(_runs(conv, deviations, base), [conv.CANDIDATE], init)
+    verdict = judged["verdicts"][conv.CANDIDATE]
+    assert judged["band"]["curves_judged"]["loss"] and not verdict["passed"]
+    assert verdict["loss_curve"]["worst_step"] == 1
+
+
+def test_same_weights_rms_error_within_twice_the_baselines(conv):
+    base = [1e-5, 3e-5, 2e-5]
+    rms = math.sqrt(sum(e * e for e in base) / 3)
+    ok = conv.judge_same_weights([2e-5, 4e-5, 3e-5], base, 1e-9)
+    assert ok["passed"] and ok["bound"] == pytest.approx(2 * rms + 1e-9) and ok["worst_step"] == 1
+    assert not conv.judge_same_weights([1e-5, 2e-4, 1e-5], base, 1e-9)["passed"]  # one step far off fails the RMS
+    stopped = conv.judge_same_weights([2e-5, math.inf, math.inf], base, 1e-9)  # the candidate raised at step 1
+    assert not stopped["passed"] and stopped["ratio"] == math.inf
+    assert not conv.judge_same_weights([2e-5], base, 1e-9)["passed"]  # steps missing
 
 
 def test_recall_scores_only_answers_each_the_value_its_key_was_given_in_the_episode(conv):

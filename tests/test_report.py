@@ -331,14 +331,23 @@ def _convergence_bench():
 def convergence_json(tmp_path_factory) -> Path:
     """A convergence.json written by bench/convergence.py itself (its judging, its payload, its JSON) with
     training replaced by made-up curves: mamba, its bitwise rerun, the reference 1e-4 away, Helion within the
-    band, and a broken Helion far off that raises at step 15 (infinite deviations after it)."""
+    band, and a broken Helion far off that raises at step 15 (infinite deviations after it); at mamba's weights
+    errors against the reference of 1e-5 (mamba), 1.5e-5 (Helion) and 1e-2 (broken)."""
     conv = _convergence_bench()
-    offsets = {conv.BASELINE: 0.0, conv.RERUN: 0.0, conv.REFERENCE: 1e-4, conv.CANDIDATE: 5e-5, "broken": 0.05}
-    step_ms = {conv.BASELINE: 40.0, conv.RERUN: 41.0, conv.REFERENCE: 90.0, conv.CANDIDATE: 36.0, "broken": 35.0}
+    rerun = conv.rerun_names(1)[0]
+    offsets = {conv.BASELINE: 0.0, rerun: 0.0, conv.REFERENCE: 1e-4, conv.CANDIDATE: 5e-5, "broken": 0.05}
+    step_ms = {conv.BASELINE: 40.0, rerun: 41.0, conv.REFERENCE: 90.0, conv.CANDIDATE: 36.0, "broken": 35.0}
+    same_error = {conv.BASELINE: 1e-5, conv.CANDIDATE: 1.5e-5, "broken": 1e-2}
 
-    def train(name, backend, cfg, tc, init, batches, dev):
+    def train(name, backend, cfg, tc, init, batches, dev, shadows=None):
         steps = 15 if name == "broken" else tc.steps
         run = conv.Run(name, error="step 15: RuntimeError: boom" if name == "broken" else None)
+        if shadows:
+            run.same_weights = {
+                n: {"loss": [same_error[n]] * tc.steps, "grad": [same_error[n]] * tc.steps}
+                for n in [name, *shadows]
+                if n != conv.REFERENCE
+            }
         run.losses = [5.0 / (1 + t) + 1 + offsets[name] * (t + 1) for t in range(steps)]
         run.grad_norms = [2.0 / (1 + t) + 0.1 + offsets[name] * t for t in range(steps)]
         run.step_ms = [step_ms[name] + t % 3 for t in range(steps)]
@@ -351,7 +360,7 @@ def convergence_json(tmp_path_factory) -> Path:
         patch.setattr(conv, "redraw", lambda payload, out: None)  # the bench's own plots are not under test
         preset = conv.PRESETS["cpu"]
         tc = conv.TrainConfig(**{**preset["train"], "steps": CONVERGENCE_STEPS})
-        backends = dict.fromkeys([conv.BASELINE, conv.RERUN, conv.CANDIDATE, conv.REFERENCE, "broken"])
+        backends = dict.fromkeys([conv.BASELINE, rerun, conv.CANDIDATE, conv.REFERENCE, "broken"])
         tasks = {
             task: conv.run_task(
                 task, preset["model"], tc, backends, [conv.CANDIDATE, "broken"], conv.torch.device("cpu")
@@ -394,7 +403,14 @@ def test_the_convergence_report_shows_the_numbers_of_the_json(convergence_json, 
     expected = {}
     for task, result in data["tasks"].items():
         for name, verdict in result["verdicts"].items():
-            for check in ("loss_curve", "grad_norm_curve", "final_loss", "params"):
+            for check in (
+                "loss_curve",
+                "grad_norm_curve",
+                "final_loss",
+                "params",
+                "same_weights_loss",
+                "same_weights_grad",
+            ):
                 expected[f"{task}|{name}|{check}"] = verdict[check]["max_ratio" if check.endswith("curve") else "ratio"]
     assert set(shown) == set(expected)
     for key, ratio in expected.items():
@@ -404,6 +420,10 @@ def test_the_convergence_report_shows_the_numbers_of_the_json(convergence_json, 
         shown["text|broken|loss_curve"]["text"] == "inf (step 15)"
         and "fail" in shown["text|broken|loss_curve"]["class"]
     )
+    # At mamba's weights: Helion's RMS error 1.5e-5 against a bound of 2 x 1e-5 (+ the floor), broken's 1e-2.
+    grad_bound = 2 * 1e-5 + 1e-6  # the gradient's error is relative: its floor is ATOL_REL itself
+    assert float(shown["text|helion|same_weights_grad"]["data-ratio"]) == pytest.approx(1.5e-5 / grad_bound)
+    assert "fail" in shown["text|broken|same_weights_loss"]["class"]
     step_ms = {e["data-step-ms"]: float(e["data-ms"]) for e in page.having("data-step-ms")}
     medians = {
         f"{task}|{name}": r["step_ms_median"] for task, t in data["tasks"].items() for name, r in t["runs"].items()
