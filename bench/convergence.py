@@ -7,31 +7,31 @@ task: ``text`` (next-byte prediction on the standard library's Python sources) a
 associative recall; only the answers are scored: solved loss 0, chance ln 128). Per step it records the loss,
 the gradient norm (before clipping) and the step time.
 
-The band is what a correct kernel may do: mamba-ssm run again (``mamba-rerun-1`` ... ``--reruns``: the same run,
-which differs only where reductions are ordered by atomics, mamba-ssm's and PyTorch's own on the GPU) and
-mamba-ssm against the reference (fp32 intermediates on the same inputs). Per step, the band is the largest
-|difference from the mamba run| of those runs up to that step (a running max: two runs drift apart, and a
-pointwise band would close where their curves cross). A candidate (Helion) passes where, at every step, its loss
-and its gradient norm lie within FACTOR x band + ATOL_REL x |mamba's value| of the mamba run; its final loss (the
-mean of the last tenth of the steps) within FACTOR x the band runs' largest final difference (+ the same floor);
-and its parameters after the last step within FACTOR x the band runs' largest distance from mamba's, each
-measured relative to mamba's own drift |theta_N - theta_0| (+ ATOL_REL x |theta_N| / drift). On CPU the Triton
-interpreter runs atomics in program order, so a rerun is bitwise identical and the band is mamba-ssm vs the
-reference alone: the output says which.
+The band is what a correct kernel may do, measured about the reference's run (fp32 intermediates, the closest
+to exact; the rule of the kernel gate, after FlashAttention's: a candidate's error against the oracle within
+FACTOR x the baseline's): mamba-ssm's run and its reruns (``mamba-rerun-1`` ... ``--reruns``: the same run, which
+differs only where reductions are ordered by atomics, mamba-ssm's and PyTorch's own on the GPU), each compared
+with the reference's. Per step, the band is the largest |difference from the reference| of those runs up to that
+step (a running max: two runs drift apart, and a pointwise band would close where their curves cross). A
+candidate (Helion) passes where, at every step, its loss and its gradient norm lie within FACTOR x band +
+ATOL_REL x |the reference's value| of the reference's; its final loss (the mean of the last tenth of the steps)
+within FACTOR x mamba-ssm's runs' largest final difference (+ the same floor); and its parameters after the last
+step within FACTOR x their largest distance from the reference's, each relative to the reference's own drift
+|theta_N - theta_0| (+ ATOL_REL x |theta_N| / drift). On CPU the Triton interpreter runs atomics in program
+order, so a rerun is bitwise identical and the band is mamba-ssm's deviation alone: the output says which.
 
 Free-running curves decorrelate where training is chaotic (a plateau, a loss spike: which run leaves it first is
-decided by rounding), and then a correct run leaves the band at random. So each rerun is first judged against the
-band of the other band runs; a curve that one of them leaves by more than its bound is not judged step by step
-(reported, with the rerun that strayed). Two checks need no free run: at every step of mamba-ssm's run, each
-candidate and the reference also compute the loss and the gradient at mamba-ssm's weights on the same batch
-(``same weights``), and the candidate's RMS error against the reference over the steps must be within FACTOR x
-mamba-ssm's own (the kernel gate's rule, on the weights training visits).
+decided by rounding), and then a correct run leaves the band at random. So each of mamba-ssm's runs is first
+judged against the band of the others; a curve that one of them leaves is not judged step by step (reported,
+with the run that strayed). Two checks need no free run: at every step of mamba-ssm's run, each candidate and the
+reference also compute the loss and the gradient at mamba-ssm's weights on the same batch (``same weights``),
+and the candidate's RMS error against the reference over the steps must be within FACTOR x mamba-ssm's own.
 
 Writes to ``--out``: ``convergence.json`` (every curve, the band, the verdicts, step times), one PNG per task (the
-curves, the deviations from mamba-ssm against the bound) and ``summary.md``. ``--control`` also trains the Helion
-scan with its D skip term dropped, which must be rejected. Exit 0 if every candidate passes (and the control is
-rejected), 1 if not, 2 on bad input (one error line, nothing written). ``--plot-from`` redraws the PNGs and the
-summary from a JSON (written where matplotlib is missing).
+curves, the deviations from the reference against the bound, the errors at mamba-ssm's weights) and
+``summary.md``. ``--control`` also trains the Helion scan with its D skip term dropped, which must be rejected.
+Exit 0 if every candidate passes (and the control is rejected), 1 if not, 2 on bad input (one error line, nothing
+written). ``--plot-from`` redraws the PNGs and the summary from a JSON (written where matplotlib is missing).
 
     python bench/convergence.py --device cuda --out bench/results/h200-convergence --control
     python bench/convergence.py --device cpu --out /tmp/convergence        # tiny: a smoke run, minutes
@@ -70,7 +70,7 @@ FORMAT = stamped("convergence", {})
 """The JSON's format marker (``parity report`` reads the file as its kind "convergence")."""
 
 FACTOR = 2.0
-"""A candidate may differ from mamba-ssm by twice what a correct run does: the factor of the kernel gate's rule
+"""A candidate may differ from the reference by twice what mamba-ssm does: the factor of the kernel gate's rule
 (tolerances.toml, after mamba-ssm's own tests)."""
 
 ATOL_REL = 1e-6
@@ -89,8 +89,9 @@ def rerun_names(reruns: int) -> list[str]:
 
 
 def band_names(runs: Sequence[str]) -> list[str]:
-    """The runs of ``runs`` that make the band: every mamba-ssm rerun, then the reference."""
-    return [n for n in runs if n.startswith(f"{RERUN}-")] + [n for n in runs if n == REFERENCE]
+    """The runs of ``runs`` that make the band: mamba-ssm's run, its reruns, and the reference they are measured
+    from."""
+    return [n for n in runs if n == BASELINE or n.startswith(f"{RERUN}-") or n == REFERENCE]
 
 
 TASKS = ("text", "recall")
@@ -328,7 +329,7 @@ def train(
 
 
 def _abs_diff(a: Sequence[float], b: Sequence[float]) -> list[float]:
-    """|a - b| per step over mamba's steps; a step ``a`` lacks (it stopped) or a NaN counts as infinitely far."""
+    """|a - b| per step over ``b``'s steps; a step ``a`` lacks (it stopped) or a NaN counts as infinitely far."""
     return [abs(a[t] - b[t]) if t < len(a) and math.isfinite(a[t]) else math.inf for t in range(len(b))]
 
 
@@ -362,7 +363,8 @@ def final_loss(losses: Sequence[float], steps: int) -> float:
 
 
 def judge_final(run: Sequence[float], base: Sequence[float], band_runs: Sequence[Sequence[float]]) -> dict[str, Any]:
-    """The candidate's final loss within FACTOR x the band runs' final difference (+ the floor) of mamba's."""
+    """The candidate's final loss within FACTOR x the band runs' largest final difference (+ the floor) of
+    ``base``'s (the reference's)."""
     steps = len(base)
     ref = final_loss(base, steps)
     band = max(abs(final_loss(r, steps) - ref) for r in band_runs)
@@ -383,8 +385,9 @@ def judge_params(
     band_runs: Sequence[Mapping[str, torch.Tensor]],
     init: Mapping[str, torch.Tensor],
 ) -> dict[str, Any]:
-    """|theta_run - theta_mamba| relative to mamba's drift |theta_mamba - theta_0|, within FACTOR x the band runs'
-    (+ ATOL_REL x |theta_mamba| / drift); the three tensors that differ most, for a diagnosis."""
+    """|theta_run - theta_base| relative to the drift |theta_base - theta_0| of ``base`` (the reference's run),
+    within FACTOR x the band runs' largest (+ ATOL_REL x |theta_base| / drift); the three tensors that differ
+    most, for a diagnosis."""
     drift = _distance(base, {n: init[n].float() for n in base})
     floor = ATOL_REL * _distance(base, {n: torch.zeros_like(t) for n, t in base.items()}) / drift
     band = max(_distance(r, base) / drift for r in band_runs)
@@ -434,20 +437,20 @@ CURVES = (("loss", "losses"), ("grad_norm", "grad_norms"))
 """The per-step curves judged against the band: (quantity, Run attribute)."""
 
 
-def band_consistency(base: Run, band: Mapping[str, Run]) -> dict[str, dict[str, float]]:
-    """Each mamba-ssm rerun judged as a candidate against the band of the other band runs (leave one out): its
-    worst step's deviation over that bound, per curve. Above 1, a correct run leaves the band: the runs have
-    decorrelated (a chaotic stretch of training), and a step-by-step comparison with them says nothing."""
+def band_consistency(center: Run, band: Mapping[str, Run]) -> dict[str, dict[str, float]]:
+    """Each run of mamba-ssm judged as a candidate against the band of the others (leave one out): its worst
+    step's deviation from ``center`` over that bound, per curve. Above 1, a correct run leaves the band: the runs
+    have decorrelated (a chaotic stretch of training), and a step-by-step comparison with them says nothing."""
     found = {}
     for name, run in band.items():
         others = [r for n, r in band.items() if n != name]
-        if name == REFERENCE or not others:
+        if not others:
             continue
         found[name] = {
             quantity: judge_curve(
                 getattr(run, attr),
-                getattr(base, attr),
-                curve_bound(getattr(base, attr), [getattr(r, attr) for r in others]),
+                getattr(center, attr),
+                curve_bound(getattr(center, attr), [getattr(r, attr) for r in others]),
             )["max_ratio"]
             for quantity, attr in CURVES
         }
@@ -455,54 +458,58 @@ def band_consistency(base: Run, band: Mapping[str, Run]) -> dict[str, dict[str, 
 
 
 def judge(runs: Mapping[str, Run], candidates: Sequence[str], init: Mapping[str, torch.Tensor]) -> dict[str, Any]:
-    """The band from the runs of :func:`band_names` and each candidate's verdict against mamba-ssm's run."""
-    base = runs[BASELINE]
+    """The band (the runs of :func:`band_names` about the reference's run) and each candidate's verdict."""
+    if REFERENCE not in runs:
+        return {"band": None, "verdicts": {c: {"passed": False, "error": "no reference run"} for c in candidates}}
+    center, base = runs[REFERENCE], runs[BASELINE]
     names = band_names(list(runs))
-    unusable = [n for n in [BASELINE, *names] if runs[n].error or not all(map(math.isfinite, runs[n].losses))]
-    if not names or unusable:
-        reason = f"no band: {', '.join(unusable) or 'no band run'} did not complete with finite losses"
+    unusable = [n for n in names if runs[n].error or not all(map(math.isfinite, runs[n].losses))]
+    if unusable:
+        reason = f"no band: {', '.join(unusable)} did not complete with finite losses"
         return {"band": None, "verdicts": {c: {"passed": False, "error": reason} for c in candidates}}
-    band = [runs[n] for n in names]
-    bounds = {q: curve_bound(getattr(base, attr), [getattr(r, attr) for r in band]) for q, attr in CURVES}
-    consistency = band_consistency(base, {n: runs[n] for n in names})
+    family = [n for n in names if n != REFERENCE]
+    band = [runs[n] for n in family]
+    bounds = {q: curve_bound(getattr(center, attr), [getattr(r, attr) for r in band]) for q, attr in CURVES}
+    consistency = band_consistency(center, {n: runs[n] for n in family})
     judged = {q: all(ratios[q] <= 1 for ratios in consistency.values()) for q, _ in CURVES}
     same = base.same_weights
     verdicts: dict[str, Any] = {}
     for name in candidates:
         run = runs[name]
         checks = {
-            f"{q}_curve": {**judge_curve(getattr(run, attr), getattr(base, attr), bounds[q]), "judged": judged[q]}
+            f"{q}_curve": {**judge_curve(getattr(run, attr), getattr(center, attr), bounds[q]), "judged": judged[q]}
             for q, attr in CURVES
         }
-        checks["final_loss"] = judge_final(run.losses, base.losses, [r.losses for r in band])
-        checks["params"] = judge_params(run.params, base.params, [r.params for r in band], init)
+        checks["final_loss"] = judge_final(run.losses, center.losses, [r.losses for r in band])
+        checks["params"] = judge_params(run.params, center.params, [r.params for r in band], init)
         errors = [run.error]
-        if same:  # the baseline's run carried the candidates as shadows: their errors at its weights
-            mine = same.get(name, {"loss": [], "grad": [], "error": "not computed at the baseline's weights"})
+        if same:  # mamba-ssm's run carried the candidates as shadows: their errors at its weights
+            mine = same.get(name, {"loss": [], "grad": [], "error": "not computed at mamba-ssm's weights"})
             floor = ATOL_REL * _rms(base.losses)
             checks["same_weights_loss"] = judge_same_weights(mine["loss"], same[BASELINE]["loss"], floor)
             checks["same_weights_grad"] = judge_same_weights(mine["grad"], same[BASELINE]["grad"], ATOL_REL)
-            errors.append(mine.get("error") and f"at the baseline's weights, {mine['error']}")
+            errors.append(mine.get("error") and f"at mamba-ssm's weights, {mine['error']}")
         passed = all(c["passed"] or not c.get("judged", True) for c in checks.values())
         verdicts[name] = {"passed": passed and not any(errors), **checks}
         if any(errors):
             verdicts[name]["error"] = "; ".join(e for e in errors if e)
-    reruns = [runs[n] for n in names if n != REFERENCE]
+    reruns = [runs[n] for n in family if n != BASELINE]
     identical = all(torch.equal(r.params[n], base.params[n]) for r in reruns for n in base.params)
     return {
         "band": {
-            "runs": names,
+            "center": REFERENCE,
+            "runs": family,
             "rerun_bitwise_identical": identical if reruns else None,
             "bound": bounds,
             "consistency": consistency,
             "curves_judged": judged,
             "deviation": {
                 n: {
-                    "loss": _abs_diff(runs[n].losses, base.losses),
-                    "grad_norm": _abs_diff(runs[n].grad_norms, base.grad_norms),
+                    "loss": _abs_diff(runs[n].losses, center.losses),
+                    "grad_norm": _abs_diff(runs[n].grad_norms, center.grad_norms),
                 }
                 for n in runs
-                if n != BASELINE
+                if n != REFERENCE
             },
         },
         "verdicts": verdicts,
@@ -513,15 +520,15 @@ def band_note(band: Mapping[str, Any] | None, dev: str) -> str:
     """In words, what the band was measured from."""
     if band is None:
         return "no band (a band run failed)"
+    reruns = len(band["runs"]) - 1
     if band["rerun_bitwise_identical"] is None:
-        return "band: mamba-ssm vs the reference alone (no rerun made)"
-    reruns = len(band["runs"]) - (REFERENCE in band["runs"])
+        return "band: mamba-ssm's deviation from the reference alone (no rerun made)"
     what = "rerun was" if reruns == 1 else f"{reruns} reruns were"
     if band["rerun_bitwise_identical"]:
         why = "the CPU interpreter runs atomics in program order" if dev == "cpu" else "on this GPU"
-        return f"band: mamba-ssm vs the reference alone (the mamba-ssm {what} bitwise identical: {why})"
-    them = "its rerun" if reruns == 1 else f"its {reruns} reruns"
-    note = f"band: the largest of mamba-ssm vs {them} (atomic reduction order) and mamba-ssm vs the reference"
+        return f"band: mamba-ssm's deviation from the reference alone (its {what} bitwise identical: {why})"
+    them = "rerun" if reruns == 1 else f"{reruns} reruns"
+    note = f"band: the largest deviation from the reference of mamba-ssm's run and its {them} (atomic reduction order)"
     for quantity, judged in band.get("curves_judged", {}).items():
         if not judged:
             name, ratios = max(band["consistency"].items(), key=lambda kv: kv[1][quantity])
@@ -617,9 +624,9 @@ def summary_lines(payload: Mapping[str, Any]) -> list[str]:
             lines.append(f"| {name} | {' | '.join(cells)} | {verdict} |")
         lines += [
             "",
-            f"Cells (pass <= 1): curves, final loss and params: deviation from mamba / bound, bound = {FACTOR} x band"
-            f" + {ATOL_REL} x value; same weights: RMS error against the reference at mamba's weights / ({FACTOR} x"
-            " mamba's).",
+            "Cells (pass <= 1): curves, final loss and params: deviation from the reference / bound, bound ="
+            f" {FACTOR} x band + {ATOL_REL} x value; same weights: RMS error against the reference at mamba's"
+            f" weights / ({FACTOR} x mamba's).",
         ]
     lines += ["", f"**{'PASS' if payload['passed'] else 'FAIL'}**"]
     return lines
@@ -636,7 +643,7 @@ def _write_png(figure: Any, path: Path) -> None:
 
 
 def plot(payload: Mapping[str, Any], out: Path) -> list[Path]:
-    """One PNG per task: loss and gradient norm per run (top), each run's |difference from mamba-ssm| with the
+    """One PNG per task: loss and gradient norm per run (top), each run's |difference from the reference| with the
     bound a candidate must stay under (middle, log scale; a difference of exactly 0 is not drawn) and, where the
     JSON has them, each backend's loss and gradient error against the reference at mamba-ssm's weights with the
     bound on their RMS (bottom)."""
@@ -672,7 +679,7 @@ def plot(payload: Mapping[str, Any], out: Path) -> list[Path]:
                     bottom.plot(shown, label=name, color=colors[name], lw=1.0, marker=".")
                 bottom.set_yscale("log")
                 bottom.legend(fontsize=8)
-            bottom.set_title(f"|{title.split(' (')[0]} - mamba-ssm's| (0 not drawn)")
+            bottom.set_title(f"|{title.split(' (')[0]} - reference's| (0 not drawn)")
             axes[-1][col].set_xlabel("step")
             if same:
                 quantity = "loss" if key == "losses" else "grad"

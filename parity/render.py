@@ -682,13 +682,14 @@ def _deviation(run: list[float], base: list[float]) -> list[float]:
 
 
 def _convergence_plot(plot: str, task_name: str, task: dict[str, Any]) -> str:
-    """Loss and gradient norm (columns): every run's curve with the band a candidate must stay in (the baseline
-    +- the bound) shaded (top), and each run's |difference from the baseline| against the bound, log scale
-    (bottom)."""
+    """Loss and gradient norm (columns): every run's curve with the band a candidate must stay in (the run the
+    band is measured from, +- the bound) shaded (top), and each run's |difference from it| against the bound, log
+    scale (bottom)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    runs, base_name, band = task["runs"], _baseline(task), task["band"]
+    runs, band = task["runs"], task["band"]
+    base_name = (band or {}).get("center") or _baseline(task)  # the run the band is measured from
     colours = {name: f"C{i % 10}" for i, name in enumerate(runs)}
     fig = _figure(11.5, 6.4, left=0.75, right=1.9, top=0.7, bottom=0.5)
     grid = fig.subplots(2, 2, sharex=True, squeeze=False)
@@ -1021,10 +1022,10 @@ def html_page(results: Sequence[Result]) -> str:
 
 
 def _convergence_md(result: Result) -> list[str]:
-    """The verdict table of a convergence file (deviation from the baseline / bound) and each run's step time."""
+    """The verdict table of a convergence file (deviation / bound) and each run's step time."""
     lines = [
         "",
-        f"## `{result.path}`: convergence, deviation from the baseline / bound (pass <= 1)",
+        f"## `{result.path}`: convergence, deviation / bound (pass <= 1)",
         "",
         "| task | backend | loss (worst step) | grad norm (worst step) | final loss | params "
         "| loss, same weights | gradient, same weights | verdict |",
