@@ -437,23 +437,42 @@ CURVES = (("loss", "losses"), ("grad_norm", "grad_norms"))
 """The per-step curves judged against the band: (quantity, Run attribute)."""
 
 
-def band_consistency(center: Run, band: Mapping[str, Run]) -> dict[str, dict[str, float]]:
-    """Each run of mamba-ssm judged as a candidate against the band of the others (leave one out): its worst
-    step's deviation from ``center`` over that bound, per curve. Above 1, a correct run leaves the band: the runs
-    have decorrelated (a chaotic stretch of training), and a step-by-step comparison with them says nothing."""
+FREE_RUNNING = ("loss_curve", "grad_norm_curve", "final_loss", "params")
+"""The checks that compare free-running training runs: judged only where mamba-ssm's runs agree with each other."""
+
+
+def free_running_checks(
+    run: Run, center: Run, band: Sequence[Run], init: Mapping[str, torch.Tensor]
+) -> dict[str, dict[str, Any]]:
+    """``run`` against the band that ``band`` makes about ``center``: each check of :data:`FREE_RUNNING`."""
+    checks = {
+        f"{q}_curve": judge_curve(
+            getattr(run, attr),
+            getattr(center, attr),
+            curve_bound(getattr(center, attr), [getattr(r, attr) for r in band]),
+        )
+        for q, attr in CURVES
+    }
+    checks["final_loss"] = judge_final(run.losses, center.losses, [r.losses for r in band])
+    checks["params"] = judge_params(run.params, center.params, [r.params for r in band], init)
+    return checks
+
+
+def _worst(check: Mapping[str, Any]) -> float:
+    return check["max_ratio"] if "max_ratio" in check else check["ratio"]
+
+
+def band_consistency(
+    center: Run, band: Mapping[str, Run], init: Mapping[str, torch.Tensor]
+) -> dict[str, dict[str, float]]:
+    """Each of mamba-ssm's runs judged as a candidate against the band of the others (leave one out): its ratio
+    on each check of :data:`FREE_RUNNING`. Above 1, a correct run leaves the band: the runs have decorrelated (a
+    chaotic stretch of training), and that comparison with them says nothing."""
     found = {}
     for name, run in band.items():
         others = [r for n, r in band.items() if n != name]
-        if not others:
-            continue
-        found[name] = {
-            quantity: judge_curve(
-                getattr(run, attr),
-                getattr(center, attr),
-                curve_bound(getattr(center, attr), [getattr(r, attr) for r in others]),
-            )["max_ratio"]
-            for quantity, attr in CURVES
-        }
+        if others:
+            found[name] = {c: _worst(v) for c, v in free_running_checks(run, center, others, init).items()}
     return found
 
 
@@ -470,18 +489,13 @@ def judge(runs: Mapping[str, Run], candidates: Sequence[str], init: Mapping[str,
     family = [n for n in names if n != REFERENCE]
     band = [runs[n] for n in family]
     bounds = {q: curve_bound(getattr(center, attr), [getattr(r, attr) for r in band]) for q, attr in CURVES}
-    consistency = band_consistency(center, {n: runs[n] for n in family})
-    judged = {q: all(ratios[q] <= 1 for ratios in consistency.values()) for q, _ in CURVES}
+    consistency = band_consistency(center, {n: runs[n] for n in family}, init)
+    judged = {c: all(ratios[c] <= 1 for ratios in consistency.values()) for c in FREE_RUNNING}
     same = base.same_weights
     verdicts: dict[str, Any] = {}
     for name in candidates:
         run = runs[name]
-        checks = {
-            f"{q}_curve": {**judge_curve(getattr(run, attr), getattr(center, attr), bounds[q]), "judged": judged[q]}
-            for q, attr in CURVES
-        }
-        checks["final_loss"] = judge_final(run.losses, center.losses, [r.losses for r in band])
-        checks["params"] = judge_params(run.params, center.params, [r.params for r in band], init)
+        checks = {c: {**v, "judged": judged[c]} for c, v in free_running_checks(run, center, band, init).items()}
         errors = [run.error]
         if same:  # mamba-ssm's run carried the candidates as shadows: their errors at its weights
             mine = same.get(name, {"loss": [], "grad": [], "error": "not computed at mamba-ssm's weights"})
@@ -494,7 +508,9 @@ def judge(runs: Mapping[str, Run], candidates: Sequence[str], init: Mapping[str,
         if any(errors):
             verdicts[name]["error"] = "; ".join(e for e in errors if e)
     reruns = [runs[n] for n in family if n != BASELINE]
-    identical = all(torch.equal(r.params[n], base.params[n]) for r in reruns for n in base.params)
+    identical = all(
+        r.losses == base.losses and all(torch.equal(r.params[n], base.params[n]) for n in base.params) for r in reruns
+    )
     return {
         "band": {
             "center": REFERENCE,
@@ -502,7 +518,7 @@ def judge(runs: Mapping[str, Run], candidates: Sequence[str], init: Mapping[str,
             "rerun_bitwise_identical": identical if reruns else None,
             "bound": bounds,
             "consistency": consistency,
-            "curves_judged": judged,
+            "judged": judged,
             "deviation": {
                 n: {
                     "loss": _abs_diff(runs[n].losses, center.losses),
@@ -517,24 +533,26 @@ def judge(runs: Mapping[str, Run], candidates: Sequence[str], init: Mapping[str,
 
 
 def band_note(band: Mapping[str, Any] | None, dev: str) -> str:
-    """In words, what the band was measured from."""
+    """In words, what the band was measured from and which checks it could not judge."""
     if band is None:
         return "no band (a band run failed)"
     reruns = len(band["runs"]) - 1
-    if band["rerun_bitwise_identical"] is None:
-        return "band: mamba-ssm's deviation from the reference alone (no rerun made)"
     what = "rerun was" if reruns == 1 else f"{reruns} reruns were"
-    if band["rerun_bitwise_identical"]:
-        why = "the CPU interpreter runs atomics in program order" if dev == "cpu" else "on this GPU"
-        return f"band: mamba-ssm's deviation from the reference alone (its {what} bitwise identical: {why})"
     them = "rerun" if reruns == 1 else f"{reruns} reruns"
-    note = f"band: the largest deviation from the reference of mamba-ssm's run and its {them} (atomic reduction order)"
-    for quantity, judged in band.get("curves_judged", {}).items():
+    if band["rerun_bitwise_identical"] is None:
+        note = "band: mamba-ssm's deviation from the reference alone (no rerun made)"
+    elif band["rerun_bitwise_identical"]:
+        why = "the CPU interpreter runs atomics in program order" if dev == "cpu" else "on this GPU"
+        note = f"band: mamba-ssm's deviation from the reference alone (its {what} bitwise identical: {why})"
+    else:
+        note = (
+            f"band: the largest deviation from the reference of mamba-ssm's run and its {them} (atomic reduction order)"
+        )
+    for check, judged in band.get("judged", {}).items():
         if not judged:
-            name, ratios = max(band["consistency"].items(), key=lambda kv: kv[1][quantity])
+            name, ratios = max(band["consistency"].items(), key=lambda kv: kv[1][check])
             note += (
-                f"; {quantity} curve not judged: {name} strays to {ratios[quantity]:.3g}x the band of the others "
-                "(the runs decorrelate)"
+                f"; {check.replace('_', ' ')} not judged: {name} strays to {ratios[check]:.3g}x the band of the others"
             )
     return note
 
@@ -617,7 +635,10 @@ def summary_lines(payload: Mapping[str, Any]) -> list[str]:
                 f"{v[c]['max_ratio']:.3g} (step {v[c]['worst_step']})" + ("" if v[c]["judged"] else ", not judged")
                 for c in ("loss_curve", "grad_norm_curve")
             ]
-            cells += [f"{v[c]['ratio']:.3g}" if c in v else "-" for c in SCALAR_CHECKS]
+            cells += [
+                "-" if c not in v else f"{v[c]['ratio']:.3g}" + ("" if v[c].get("judged", True) else ", not judged")
+                for c in SCALAR_CHECKS
+            ]
             verdict = "pass" if v["passed"] else "FAIL" + (f": {v['error']}" if v.get("error") else "")
             if name in result.get("controls", ()):
                 verdict = f"{verdict} (control: {'rejected' if not v['passed'] else '**NOT REJECTED**'})"
