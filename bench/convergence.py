@@ -20,12 +20,13 @@ step within FACTOR x their largest distance from the reference's, each relative 
 |theta_N - theta_0| (+ ATOL_REL x |theta_N| / drift). On CPU the Triton interpreter runs atomics in program
 order, so a rerun is bitwise identical and the band is mamba-ssm's deviation alone: the output says which.
 
-Free-running curves decorrelate where training is chaotic (a plateau, a loss spike: which run leaves it first is
+Free-running runs decorrelate where training is chaotic (a plateau, a loss spike: which run leaves it first is
 decided by rounding), and then a correct run leaves the band at random. So each of mamba-ssm's runs is first
-judged against the band of the others; a curve that one of them leaves is not judged step by step (reported,
-with the run that strayed). Two checks need no free run: at every step of mamba-ssm's run, each candidate and the
-reference also compute the loss and the gradient at mamba-ssm's weights on the same batch (``same weights``),
-and the candidate's RMS error against the reference over the steps must be within FACTOR x mamba-ssm's own.
+judged against the band of the others on every free-running check (the curves, the final loss, the parameters);
+a check that one of them fails is not judged (reported, with the run that strayed). Two checks need no free run:
+at every step of mamba-ssm's run, each candidate and the reference also compute the loss and the gradient at
+mamba-ssm's weights on the same batch (``same weights``), and the candidate's RMS error against the reference over
+the steps must be within FACTOR x mamba-ssm's own.
 
 Writes to ``--out``: ``convergence.json`` (every curve, the band, the verdicts, step times), one PNG per task (the
 curves, the deviations from the reference against the bound, the errors at mamba-ssm's weights) and
@@ -171,7 +172,7 @@ class Run:
     step_ms: list[float] = dataclasses.field(default_factory=list)
     params: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     error: str | None = None
-    same_weights: dict[str, dict[str, list[float]]] = dataclasses.field(default_factory=dict)
+    same_weights: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -753,14 +753,14 @@ RATIOS = (
 same-weights checks only in files that have them)."""
 
 
-def _convergence_cell(verdict: dict[str, Any], check: str, key: str) -> tuple[str, bool]:
+def _convergence_cell(verdict: dict[str, Any], check: str, key: str, step: str = "step ") -> tuple[str, bool]:
     """A check's ratio as text (with its worst step, and "not judged" where the band runs decorrelated) and
     whether it fails; "–" for a check the file lacks."""
     if check not in verdict:
         return "–", False
     found = verdict[check]
     judged = found.get("judged", True)
-    text = _fmt(found[key]) + (f" (step {found['worst_step']})" if key == "max_ratio" else "")
+    text = _fmt(found[key]) + (f" ({step}{found['worst_step']})" if key == "max_ratio" else "")
     return text + ("" if judged else ", not judged"), judged and found[key] > 1
 
 
@@ -1038,14 +1038,7 @@ def _convergence_md(result: Result) -> list[str]:
             if "loss_curve" not in v:
                 lines.append(f"| {task_name} | {name} | | | | | | | {verdict}: {v['error']} |")
                 continue
-            cells = [
-                "–"
-                if check not in v
-                else _fmt(v[check][key])
-                + (f" ({v[check]['worst_step']})" if key == "max_ratio" else "")
-                + ("" if v[check].get("judged", True) else ", not judged")
-                for check, key in RATIOS
-            ]
+            cells = [_convergence_cell(v, check, key, step="")[0] for check, key in RATIOS]
             error = f": {v['error']}" if v.get("error") else ""
             lines.append(f"| {task_name} | {name} | {' | '.join(cells)} | {verdict}{error} |")
         steps = ", ".join(f"{name} {_fmt(run['step_ms_median'], '.2f')}" for name, run in task["runs"].items())

@@ -240,8 +240,8 @@ def _touch_convergence(data: Any) -> None:
             verdict["passed"]
             _numbers([verdict[check][key] for check, key in CONVERGENCE_CHECKS])
             _numbers([verdict[c]["ratio"] for c in ("same_weights_loss", "same_weights_grad") if c in verdict])
-            if not all(type(verdict[c].get("judged", True)) is bool for c in ("loss_curve", "grad_norm_curve")):
-                raise TypeError("a curve's 'judged' is not true or false")
+            if not all(type(verdict[c].get("judged", True)) is bool for c, _ in CONVERGENCE_CHECKS):
+                raise TypeError("a check's 'judged' is not true or false")
         (
             task["passed"],
             task["note"],

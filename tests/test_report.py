@@ -447,6 +447,7 @@ def test_the_convergence_report_shows_the_numbers_of_the_json(convergence_json, 
         (lambda d: d["tasks"]["recall"]["runs"]["helion"].update(grad_norms="1, 2"), "expected a list of numbers"),
         (lambda d: d["tasks"]["text"]["band"]["bound"].pop("grad_norm"), "missing field 'grad_norm'"),
         (lambda d: d["tasks"]["text"]["verdicts"]["helion"]["params"].update(ratio=None), "expected a list of num"),
+        (lambda d: d["tasks"]["text"]["verdicts"]["helion"]["final_loss"].update(judged="no"), "'judged' is not"),
         (lambda d: d.update(tasks=[1, 2]), "malformed parity-convergence result: TypeError"),
         (lambda d: d.update(version=2), "newer format (parity-convergence version 2"),
     ],
@@ -460,3 +461,22 @@ def test_a_malformed_convergence_file_is_one_line_exit_2_and_nothing_written(con
     assert proc.returncode == 2 and not (tmp_path / "r").exists()
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and str(bad) in lines[0] and needle in lines[0], proc.stderr
+
+
+def test_a_check_not_judged_shows_its_ratio_and_fails_nothing(convergence_json, tmp_path):
+    # Where mamba-ssm's own runs left each other's band, the check is shown with its ratio, marked, not failed.
+    data = json.loads(convergence_json.read_text())
+    loss = data["tasks"]["recall"]["verdicts"]["helion"]["loss_curve"]
+    loss.update(max_ratio=3.5, passed=False, judged=False)
+    edited = tmp_path / "convergence.json"
+    edited.write_text(json.dumps(data))
+    proc = run("report", str(edited), "--out", str(tmp_path / "r"))
+    assert proc.returncode == 1, proc.stderr  # the broken candidate still fails the file
+    cell = {
+        e["data-convergence"]: e for e in Page((tmp_path / "r" / "index.html").read_text()).having("data-convergence")
+    }
+    shown = cell["recall|helion|loss_curve"]
+    assert shown["text"] == f"3.5 (step {loss['worst_step']}), not judged" and "fail" not in shown["class"]
+    assert (
+        f"| recall | helion | 3.5 ({loss['worst_step']}), not judged |" in (tmp_path / "r" / "summary.md").read_text()
+    )
