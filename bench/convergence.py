@@ -50,6 +50,7 @@ import platform
 import shlex
 import statistics
 import sys
+import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -721,7 +722,7 @@ def plot(payload: Mapping[str, Any], out: Path) -> list[Path]:
                 ax.legend(fontsize=8)
                 what = "|loss - reference's|" if quantity == "loss" else "|grad - reference's| / |reference's|"
                 ax.set_title(f"at mamba-ssm's weights: {what}")
-        fig.suptitle(result["note"], fontsize=9)
+        fig.suptitle(textwrap.fill(result["note"], 150), fontsize=9)  # a note on checks not judged runs long
         fig.tight_layout()
         path = out / f"{task}.png"
         _write_png(fig, path)
