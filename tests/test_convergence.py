@@ -245,3 +245,32 @@ def test_a_final_loss_is_not_judged_where_mamba_ssms_own_runs_end_far_apart(conv
     verdict = judged["verdicts"][conv.CANDIDATE]
     assert verdict["final_loss"]["ratio"] > 1 and verdict["passed"], verdict
     assert "final loss not judged: mamba-rerun-2 strays to" in conv.band_note(judged["band"], "cuda")
+
+
+def test_a_backend_that_raises_at_mambas_weights_is_recorded_and_fails(conv):
+    # The pure-PyTorch reference stands in for every backend (fast); one shadow's scan raises from its second step.
+    cm = conv.cm
+    reference = cm.load_backend("reference")
+    preset = conv.PRESETS["cpu"]
+    cfg, tc = preset["model"], conv.TrainConfig(**{**preset["train"], "steps": 3})
+    scans = {"n": 0}
+
+    def flaky(*args: Any, **kwargs: Any) -> torch.Tensor:
+        scans["n"] += 1
+        if scans["n"] > cfg.n_layers:  # one scan per layer a step
+            raise RuntimeError("boom")
+        return reference.scan(*args, **kwargs)
+
+    batches, _ = conv.make_batches("text", tc)
+    init = conv.initial_state(cfg, 0, reference)
+    shadows = {conv.CANDIDATE: cm.Backend(flaky, reference.norm), conv.REFERENCE: reference}
+    run = conv.train(conv.BASELINE, reference, cfg, tc, init, batches, torch.device("cpu"), shadows=shadows)
+    assert run.error is None and len(run.losses) == 3
+    mine = run.same_weights[conv.CANDIDATE]
+    assert (
+        mine["error"] == "step 1: RuntimeError: boom" and mine["loss"][0] < 1e-6 and mine["loss"][1:] == [math.inf] * 2
+    )
+    assert run.same_weights[conv.BASELINE]["loss"] == [0.0] * 3  # the reference against itself
+    runs = {conv.BASELINE: run, conv.REFERENCE: run, conv.CANDIDATE: run}
+    verdict = conv.judge(runs, [conv.CANDIDATE], init)["verdicts"][conv.CANDIDATE]
+    assert not verdict["passed"] and verdict["error"] == "at mamba-ssm's weights, step 1: RuntimeError: boom"
