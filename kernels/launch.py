@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import json
 import warnings
-from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -30,7 +29,7 @@ from typing import Any
 import helion
 import torch
 
-from parity.lookup import PER_OPERATION_FIELDS, STATIC_SHAPES
+from parity.lookup import STATIC_SHAPES
 
 ConfigLike = helion.Config | Mapping[str, Any] | None
 
@@ -150,26 +149,10 @@ def _twin(kernel: helion.Kernel, *, static: bool, wide: bool) -> helion.Kernel:
     return helion.kernel(kernel.fn, settings=kernel.settings.copy(**changes)) if changes else kernel
 
 
-def fit_per_operation(fields: Mapping[str, Any], spec: Any) -> dict[str, Any]:
-    """``fields`` for the build whose Helion ``ConfigSpec`` is ``spec``. A per-operation list
-    (:data:`parity.lookup.PER_OPERATION_FIELDS`) written for another build of the kernel, one with more or fewer
-    loads and stores (an optional input, such as the SSD's initial states or the gated norm's z), has no entry by
-    entry correspondence with this build's operations, and Helion refuses it ("Load/Store operation 8 exceeds
-    indexing config length 8"): it becomes its most common entry, which Helion applies to every operation. A list
-    of the build's own length is kept as it is."""
-    out = dict(fields)
-    for name in PER_OPERATION_FIELDS:
-        value, wanted = out.get(name), getattr(spec, name, None)
-        if isinstance(value, list) and value and wanted is not None and len(value) != wanted.length:
-            out[name] = Counter(value).most_common(1)[0][0]
-    return out
-
-
 def _compile(kernel: helion.Kernel, args: tuple[Any, ...], fields: Mapping[str, Any]) -> Callable[..., Any]:
-    """``kernel`` bound to ``args`` and compiled with the config ``fields`` (its default config when empty;
-    per-operation lists fitted to this build, :func:`fit_per_operation`)."""
+    """``kernel`` bound to ``args`` and compiled with the config ``fields`` (its default config when empty)."""
     bound = kernel.bind(args)
-    cfg = as_config(fit_per_operation(fields, bound.config_spec)) if fields else bound.config_spec.default_config()
+    cfg = as_config(fields) if fields else bound.config_spec.default_config()
     return bound.compile_config(cfg)
 
 

@@ -43,9 +43,6 @@ STATIC_SHAPES = "static_shapes"
 """A kernel config's key (parity's, not Helion's): true runs the kernel's static-shape build (``kernels.launch``);
 promoted configs carry it, so the launcher, the gate's config check and the tuner read it from here."""
 
-PER_OPERATION_FIELDS = ("indexing", "atomic_indexing", "load_eviction_policies")
-"""Helion config fields with one entry per load/store of the kernel; a single string applies to every one."""
-
 
 class StaleConfigError(ParityError):
     """A promoted entry no longer matches the kernel source or the library versions."""

@@ -727,13 +727,17 @@ def tune_on_gpu(gpu: int, op: str, fields: dict[str, Any], names: list[str]) -> 
     tuner.tune_share(names)
 
 
+PER_OPERATION_FIELDS = ("indexing", "atomic_indexing", "load_eviction_policies")
+"""Helion config fields with one entry per load/store of the kernel; a single string applies to every one."""
+
+
 def broadcast_uniform(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` with each per-operation field whose entries are all equal written as that one value. A kernel
     with constexpr branches (the gated norm's bias, z, norm_before_gate) has more loads and stores in some
     builds than in the one tuned: Helion rejects a per-operation list shorter than the build's operations
     ("Load/Store operation 8 exceeds indexing config length 8", H200 run 21), a single value it broadcasts."""
     out = dict(config)
-    for name in lookup.PER_OPERATION_FIELDS:
+    for name in PER_OPERATION_FIELDS:
         value = out.get(name)
         if isinstance(value, list) and value and all(v == value[0] for v in value) and isinstance(value[0], str):
             out[name] = value[0]

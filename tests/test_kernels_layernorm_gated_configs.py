@@ -12,7 +12,7 @@ import torch
 import triton
 
 from kernels import layernorm_gated as ln
-from kernels.launch import as_config, fit_per_operation
+from kernels.launch import as_config
 from reference import _triton_shims
 
 _triton_shims.install()  # the interpreter fixes the kernels need on CPU, as ops.common installs them
@@ -132,25 +132,3 @@ def test_tuning_configs_generate_triton() -> None:
         assert "@triton.jit" in bound_fwd.to_triton_code(as_config(config))
     for config in grid[:8]:
         assert "@triton.jit" in bound_bwd.to_triton_code(as_config(config["bwd"]))
-
-
-@pytest.mark.cpu
-def test_a_per_operation_list_of_another_build_runs_as_its_most_common_entry() -> None:
-    # A tuned config's per-operation lists have one entry per load/store of the build it was tuned on; the gated
-    # build (z) has more operations, and Helion refuses the list there. The launcher fits it to that build.
-    x, w, z = torch.randn(4, 32), torch.randn(32), torch.randn(4, 32)
-    plain = ln.layer_norm_fwd_args(x, w, None, 1e-5, is_rms_norm=True)
-    gated = ln.layer_norm_fwd_args(x, w, None, 1e-5, z=z, is_rms_norm=True)
-    plain_spec = ln.layer_norm_fwd_kernel.bind(plain).config_spec
-    gated_spec = ln.layer_norm_fwd_kernel.bind(gated).config_spec
-    assert gated_spec.indexing.length > plain_spec.indexing.length
-    other = next(c for c in plain_spec.valid_indexing_types() if c != "pointer")
-    indexing = ["pointer"] * (plain_spec.indexing.length - 1) + [other]
-    config = {**ln.fwd_fallback_config(plain.block_n), "indexing": indexing}
-    with pytest.raises(Exception, match="exceeds indexing config length"):
-        ln.layer_norm_fwd_kernel.bind(gated).compile_config(as_config(config))
-    assert fit_per_operation(config, plain_spec) == config  # the build it was written for keeps it
-    assert fit_per_operation(config, gated_spec) == {**config, "indexing": "pointer"}
-    out, _, rstd = ln.layer_norm_fwd(x, w, None, 1e-5, z=z, is_rms_norm=True, config=config)
-    want, _, want_rstd = ln.layer_norm_fwd(x, w, None, 1e-5, z=z, is_rms_norm=True)
-    torch.testing.assert_close((out, rstd), (want, want_rstd))
