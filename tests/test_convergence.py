@@ -11,38 +11,26 @@ to save time.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import math
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
 
+from tests import bench_scripts
+
 pytestmark = [pytest.mark.cpu, pytest.mark.xdist_group("convergence")]  # interpreter; one fixture run
 
-ROOT = Path(__file__).resolve().parents[1]
 STEPS = 2
 BROKEN = "helion-no-D"
 
 
-def _bench() -> ModuleType:
-    path = ROOT / "bench" / "convergence.py"
-    spec = importlib.util.spec_from_file_location("convergence", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def conv() -> ModuleType:
-    return _bench()
+    return bench_scripts.load("convergence")
 
 
 @pytest.fixture(scope="session")  # once per process: as a module fixture it took two 54-60 s setups in one CPU run

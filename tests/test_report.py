@@ -7,11 +7,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
-import importlib.util
 import io
 import json
 import subprocess
-import sys
 from collections import defaultdict
 from html.parser import HTMLParser
 from pathlib import Path
@@ -317,23 +315,13 @@ def test_the_pytest_plugin_writes_the_report_of_the_recorded_cases(pytester, tmp
 CONVERGENCE_STEPS = 20
 
 
-def _convergence_bench():
-    """bench/convergence.py as a module (as tests/test_convergence.py loads it)."""
-    spec = importlib.util.spec_from_file_location("convergence", ROOT / "bench" / "convergence.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def convergence_json(tmp_path_factory) -> Path:
     """A convergence.json written by bench/convergence.py itself (its judging, its payload, its JSON) with
     training replaced by made-up curves: mamba, its bitwise rerun, the reference 1e-4 away, Helion within the
     band, and a broken Helion far off that raises at step 15 (infinite deviations after it); at mamba's weights
     errors against the reference of 1e-5 (mamba), 1.5e-5 (Helion) and 1e-2 (broken)."""
-    conv = _convergence_bench()
+    conv = bench_scripts.load("convergence")
     rerun = conv.rerun_names(1)[0]
     offsets = {conv.BASELINE: 0.0, rerun: 0.0, conv.REFERENCE: 1e-4, conv.CANDIDATE: 5e-5, "broken": 0.05}
     step_ms = {conv.BASELINE: 40.0, rerun: 41.0, conv.REFERENCE: 90.0, conv.CANDIDATE: 36.0, "broken": 35.0}
