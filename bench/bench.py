@@ -27,33 +27,16 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import mixer  # bench/mixer.py: the SSD problem sizes, shared with the mixer benchmarks
 
 from parity import device, lookup, registry
 from parity.report import atomic_write
 from parity.results import stamped
 from parity.spec import Impl, OpSpec
 
-SSD_SHAPES = {
-    "nemotron": {
-        "batch": 2,
-        "seqlen": 8192,
-        "chunk_size": 128,
-        "nheads": 64,
-        "ngroups": 8,
-        "headdim": 64,
-        "dstate": 128,
-    },
-    "long": {"batch": 1, "seqlen": 65536, "chunk_size": 128, "nheads": 32, "ngroups": 1, "headdim": 64, "dstate": 128},
-    "small-head": {
-        "batch": 4,
-        "seqlen": 4096,
-        "chunk_size": 256,
-        "nheads": 128,
-        "ngroups": 1,
-        "headdim": 32,
-        "dstate": 64,
-    },
-}
+SSD_SHAPES = {name: shape for name, shape in mixer.SHAPES.items() if name != "tiny"}
 NORM_SHAPES = {  # rows = batch * seqlen, columns = nheads * headdim, one group per B/C group
     "nemotron": {
         "rows": 16384,

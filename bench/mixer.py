@@ -1,6 +1,7 @@
 """Benchmark the Nemotron-3-Nano Mamba-2 mixer, Helion ports against mamba-ssm's Triton kernels.
 
-Two measurements at the mixer shape (b=2, L=8192, h=64, p=64, g=8, n=128, chunk 128, bf16):
+Two measurements at the mixer shape (b=2, L=8192, h=64, p=64, g=8, n=128, chunk 128, bf16), or at ``--shape``
+(``SHAPES``: also the issue's other two bench shapes, long and small-head, which bench/bench.py shares):
 
 1. the whole mixer, ``mamba_chunk_scan_combined`` (D, dt_bias, dt_softplus, no z) then the gated
    ``rmsnorm_fn`` (z gate, group_size h*p/g, norm_before_gate=False), forward and forward+backward
@@ -48,6 +49,16 @@ SHAPES: dict[str, dict[str, Any]] = {
         "ngroups": 8,
         "headdim": 64,
         "dstate": 128,
+    },
+    "long": {"batch": 1, "seqlen": 65536, "chunk_size": 128, "nheads": 32, "ngroups": 1, "headdim": 64, "dstate": 128},
+    "small-head": {
+        "batch": 4,
+        "seqlen": 4096,
+        "chunk_size": 256,
+        "nheads": 128,
+        "ngroups": 1,
+        "headdim": 32,
+        "dstate": 64,
     },
     "tiny": {"batch": 1, "seqlen": 64, "chunk_size": 16, "nheads": 4, "ngroups": 2, "headdim": 16, "dstate": 16},
 }
