@@ -967,7 +967,7 @@ def _headline(result: Result) -> str:
             f"{task_name}: "
             + ", ".join(
                 f"{name} {'pass' if v['passed'] else 'FAIL'}"
-                + (f" (loss at most {_fmt(v['loss_curve']['max_ratio'])} of its bound)" if "loss_curve" in v else "")
+                + (f" (loss curve {_convergence_cell(v, 'loss_curve', 'max_ratio')[0]})" if "loss_curve" in v else "")
                 for name, v in task["verdicts"].items()
             )
             for task_name, task in result.data["tasks"].items()

@@ -465,6 +465,6 @@ def test_a_check_not_judged_shows_its_ratio_and_fails_nothing(convergence_json, 
     }
     shown = cell["recall|helion|loss_curve"]
     assert shown["text"] == f"3.5 (step {loss['worst_step']}), not judged" and "fail" not in shown["class"]
-    assert (
-        f"| recall | helion | 3.5 ({loss['worst_step']}), not judged |" in (tmp_path / "r" / "summary.md").read_text()
-    )
+    summary = (tmp_path / "r" / "summary.md").read_text()
+    assert f"| recall | helion | 3.5 ({loss['worst_step']}), not judged |" in summary
+    assert f"helion pass (loss curve 3.5 (step {loss['worst_step']}), not judged)" in summary  # the one-line overview
