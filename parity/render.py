@@ -665,7 +665,29 @@ def _kernel_times_section(result: Result, label: str) -> str:
         f"{_esc(name)} fwd {_fmt(b['fwd_us'], '.1f')} us, bwd {_fmt(b['bwd_us'], '.1f')} us"
         for name, b in backends.items()
     )
-    return f"<p>per iteration: {totals}</p>" + _table(("backend", "phase", "us", "launches", "kernel"), rows)
+    pairs = [
+        [
+            phase,
+            _esc(part),
+            f'<td class="num">{_fmt(row["mamba_us"], ".1f")}</td>',
+            f'<td class="num">{_fmt(row["helion_us"], ".1f")}</td>',
+            f'<td class="num{"" if row["ratio"] is None or row["ratio"] >= 1 else " fail"}" '
+            f'data-part-ratio="{phase}|{_esc(part)}">{"n/a" if row["ratio"] is None else _fmt(row["ratio"])}</td>',
+        ]
+        for phase, table in result.data.get("counterparts", {}).items()
+        for part, row in table.items()
+    ]
+    counterparts = (
+        "<p>each part against its mamba-ssm counterpart (mamba-ssm us / Helion us; target &gt;= 1)</p>"
+        + _table(("phase", "part", "mamba-ssm us", "Helion us", "ratio"), pairs)
+        if pairs
+        else ""
+    )
+    return (
+        f"<p>per iteration: {totals}</p>"
+        + counterparts
+        + _table(("backend", "phase", "us", "launches", "kernel"), rows)
+    )
 
 
 # --- convergence: curves with the band, the verdicts, step times --------------------------------------------------
@@ -959,8 +981,18 @@ def _headline(result: Result) -> str:
         trials = result.data["trials"]
         return f"{len(trials)} configs, {sum(bool(t['passed']) for t in trials)} passing"
     if result.kind == "kernel-times":
+        slower = [
+            f"{phase} {part} {row['ratio']:.2f}x"
+            for phase, table in result.data.get("counterparts", {}).items()
+            for part, row in table.items()
+            if row["ratio"] is not None and row["ratio"] < 1
+        ]
         return "; ".join(
-            f"{name}: fwd {b['fwd_us']:.1f} us, bwd {b['bwd_us']:.1f} us" for name, b in result.data["backends"].items()
+            [
+                f"{name}: fwd {b['fwd_us']:.1f} us, bwd {b['bwd_us']:.1f} us"
+                for name, b in result.data["backends"].items()
+            ]
+            + ([f"Helion slower than mamba-ssm: {', '.join(slower)}"] if slower else [])
         )
     if result.kind == "convergence":
         return "; ".join(

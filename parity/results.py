@@ -270,6 +270,9 @@ def _touch(kind: str, data: Any) -> None:
             for phase in ("fwd", "bwd"):
                 for row in backend[phase].values():
                     _numbers([row["calls"], row["us"]])
+        for phase in data.get("counterparts", {}).values():  # optional: files before it lack it
+            for row in phase.values():
+                _numbers([row["mamba_us"], row["helion_us"]] + ([] if row["ratio"] is None else [row["ratio"]]))
 
 
 def parse(data: Any, path: str) -> Result:

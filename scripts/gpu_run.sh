@@ -51,10 +51,13 @@ for step in $steps; do
     mixer)   # the whole mixer fwd/fwd+bwd and peak memory, and the gated RMSNorm bwd alone, helion vs mamba-ssm
       timeout "${MIXER_TIMEOUT:-300}" python3 bench/mixer.py --json "$OUT/mixer.json" ${MIXER_ARGS:-} 2>&1 \
         | tee "$OUT/mixer.log" || status=1 ;;
-    kernels) # where the mixer's time goes, kernel by kernel, helion vs mamba-ssm (torch.profiler; bench/kernel_times.py)
-      timeout "${KERNELS_TIMEOUT:-240}" python3 bench/kernel_times.py --json "$OUT/kernel-times.json" ${KERNELS_ARGS:-} \
-        > "$OUT/kernel-times.log" 2>&1 || status=1
-      grep -E "^(mamba|helion) |^fwd:|^bwd:" "$OUT/kernel-times.log" | cut -c1-200 ;;
+    kernels) # where the mixer's time goes, kernel by kernel, helion vs mamba-ssm (torch.profiler; bench/kernel_times.py),
+             # and each part against its mamba-ssm counterpart; at each of KERNELS_SHAPES (nemotron long small-head)
+      for shape in ${KERNELS_SHAPES:-nemotron}; do
+        timeout "${KERNELS_TIMEOUT:-240}" python3 bench/kernel_times.py --shape "$shape" \
+          --json "$OUT/kernel-times-$shape.json" ${KERNELS_ARGS:-} > "$OUT/kernel-times-$shape.log" 2>&1 || status=1
+        grep -E "^(mamba|helion) |^(fwd|bwd)[: ]" "$OUT/kernel-times-$shape.log" | sed "s/^/$shape /" | cut -c1-200
+      done ;;
     record)  # mamba-ssm's autotune choices at the training shapes for what reference/mamba_autotune.json lacks
              # (the pinned examples and training problems of every op; copy $OUT/mamba_autotune.json back)
       PARITY_RECORD_BASELINE=1 timeout "${RECORD_TIMEOUT:-400}" python3 -m parity check --device cuda --examples 0 \

@@ -255,6 +255,53 @@ def test_kernel_times_sums_per_kernel_and_iteration_and_its_report_shows_the_num
     assert "helion: fwd 16.0 us, bwd 43.0 us" in (tmp_path / "r" / "summary.md").read_text()
 
 
+def test_kernel_times_pairs_each_part_with_its_mamba_counterpart_and_the_report_marks_the_slower(tmp_path, capsys):
+    """dB/dC/dCB is one part whatever each port launches for it; what no part names is the rest; a part that only
+    one backend launches has no ratio. The report shows every ratio and names the parts below 1."""
+    kt = bench_scripts.load("kernel_times")
+    row = {"calls": 1.0, "us": 0.0}
+    mamba = {
+        "_chunk_scan_chunk_state_bwd_dx_kernel": {**row, "us": 60.0},
+        "_chunk_scan_bwd_dcb_kernel": {**row, "us": 20.0},
+        "_bmm_chunk_bwd_kernel": {"calls": 2.0, "us": 30.0},
+        "_chunk_scan_bwd_ddAcs_stable_kernel": {**row, "us": 10.0},
+        "_chunk_cumsum_bwd_kernel": {**row, "us": 5.0},
+        "_chunk_scan_bwd_dz_kernel": {**row, "us": 7.0},
+    }
+    helion = {
+        "_helion_dx_kernel": {**row, "us": 40.0},
+        "_helion_dcb_kernel": {**row, "us": 50.0},
+        "_helion_db_kernel": {**row, "us": 30.0},
+        "vectorized_elementwise_kernel": {**row, "us": 4.0},
+    }
+    pairs = kt.counterpart_ratios(mamba, helion)
+    assert pairs["bwd_dx"] == {"mamba_us": 60.0, "helion_us": 40.0, "ratio": 1.5}
+    assert pairs["bwd_dB_dC_dCB"] == {"mamba_us": 60.0, "helion_us": 80.0, "ratio": 0.75}
+    assert pairs["rest"] == {"mamba_us": 12.0, "helion_us": 4.0, "ratio": 3.0}
+    assert "bwd_dstates" not in pairs  # neither backend launched it
+    kt.print_counterparts("bwd", pairs)
+    printed = capsys.readouterr().out
+    assert "bwd bwd_dB_dC_dCB: mamba-ssm 60.0 us, Helion 80.0 us, 0.75x (target >= 1.0x: MISSED)" in printed
+    assert "bwd bwd_dx: mamba-ssm 60.0 us, Helion 40.0 us, 1.50x (target >= 1.0x: met)" in printed
+    only_mamba = kt.counterpart_ratios({"_chunk_scan_bwd_dstates_kernel": row}, {})
+    assert only_mamba["bwd_dstates"]["ratio"] is None
+
+    backends = {
+        name: {"fwd": {}, "bwd": table, "fwd_us": 0.0, "bwd_us": kt.total_us(table)}
+        for name, table in (("mamba", mamba), ("helion", helion))
+    }
+    path = tmp_path / "kernels.json"
+    payload = {"meta": {"gpu": "NVIDIA H200"}, "backends": backends, "counterparts": {"bwd": pairs}}
+    path.write_text(json.dumps(results.stamped("kernel-times", payload)))
+    assert run("report", str(path), "--out", str(tmp_path / "r")).returncode == 0
+    cells = {
+        e["data-part-ratio"]: e for e in Page((tmp_path / "r" / "index.html").read_text()).having("data-part-ratio")
+    }
+    assert cells["bwd|bwd_dB_dC_dCB"]["text"] == "0.75" and "fail" in cells["bwd|bwd_dB_dC_dCB"]["class"]
+    assert cells["bwd|bwd_dx"]["text"] == "1.5" and "fail" not in cells["bwd|bwd_dx"]["class"]
+    assert "Helion slower than mamba-ssm: bwd bwd_dB_dC_dCB 0.75x" in (tmp_path / "r" / "summary.md").read_text()
+
+
 @pytest.mark.parametrize(
     ("content", "needle"),
     [
