@@ -461,3 +461,31 @@ def test_ssd_tuning_configs_generate_triton() -> None:
         assert set(candidate) <= set(ssd_combined.OPS)
         for key, config in candidate.items():
             assert "@triton.jit" in bound[key].to_triton_code(as_config(config)), (key, config)
+
+
+def test_the_kernel_profile_names_every_mixer_kernel_as_its_code_is_named() -> None:
+    """bench/kernel_times.py pairs kernels by the names the profiler shows: each Helion kernel the mixer launches
+    under its generated Triton function's name, each mamba-ssm kernel under a name its source defines."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    import bench_scripts
+
+    kt = bench_scripts.load("kernel_times")
+    helion_named = {name for helion_names, _ in kt.COUNTERPARTS.values() for name in helion_names}
+    generated = set()
+    for entry in ENTRIES:
+        if entry.name == "chunk_state_varlen":  # runs only with cu_seqlens, never in the mixer
+            continue
+        bound = entry.bind(entry.cases[0])
+        generated.update(
+            re.findall(r"^def (_helion_\w+)\(", bound.to_triton_code(bound.config_spec.default_config()), re.M)
+        )
+    assert helion_named == generated
+    spec = importlib.util.find_spec("mamba_ssm")  # its __init__ is not run (it needs the CUDA extensions)
+    assert spec is not None and spec.origin is not None
+    sources = "".join(p.read_text() for p in (Path(spec.origin).parent / "ops" / "triton").glob("*.py"))
+    defined = set(re.findall(r"^def (_\w+_kernel)\(", sources, re.M))
+    mamba_named = {name for _, mamba_names in kt.COUNTERPARTS.values() for name in mamba_names}
+    assert mamba_named <= defined, mamba_named - defined
