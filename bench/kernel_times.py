@@ -110,8 +110,7 @@ def total_us(table: Table) -> float:
 def counterpart_ratios(mamba: Table, helion: Table) -> dict[str, dict[str, float | None]]:
     """Per part of :data:`COUNTERPARTS` present in either table, and for the rest: mamba-ssm's and Helion's
     microseconds and mamba-ssm's over Helion's (None where a side has none of its kernels)."""
-    named = [set(names) for parts in COUNTERPARTS.values() for names in parts]
-    known = set().union(*named)
+    known = {name for parts in COUNTERPARTS.values() for names in parts for name in names}
     rows: dict[str, dict[str, float | None]] = {}
     parts = {part: (set(h), set(m)) for part, (h, m) in COUNTERPARTS.items()}
     parts["rest"] = ({n for n in helion if n not in known}, {n for n in mamba if n not in known})
