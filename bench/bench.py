@@ -37,35 +37,7 @@ from parity.results import stamped
 from parity.spec import Impl, OpSpec
 
 SSD_SHAPES = {name: shape for name, shape in mixer.SHAPES.items() if name != "tiny"}
-NORM_SHAPES = {  # rows = batch * seqlen, columns = nheads * headdim, one group per B/C group
-    "nemotron": {
-        "rows": 16384,
-        "ngroups": 8,
-        "group_size": 512,
-        "z": True,
-        "norm_before_gate": False,
-        "is_rms_norm": True,
-        "bias": False,
-    },
-    "long": {
-        "rows": 65536,
-        "ngroups": 1,
-        "group_size": 2048,
-        "z": True,
-        "norm_before_gate": False,
-        "is_rms_norm": True,
-        "bias": False,
-    },
-    "small-head": {
-        "rows": 16384,
-        "ngroups": 1,
-        "group_size": 4096,
-        "z": True,
-        "norm_before_gate": False,
-        "is_rms_norm": True,
-        "bias": False,
-    },
-}
+NORM_SHAPES = {name: mixer.norm_problem(shape) for name, shape in SSD_SHAPES.items()}
 
 
 def ceilings() -> dict[str, float]:

@@ -65,6 +65,22 @@ SHAPES: dict[str, dict[str, Any]] = {
 """SSD problem sizes; the norm runs over rows = batch * seqlen, columns = nheads * headdim, one group per
 B/C group (group_size = nheads * headdim / ngroups)."""
 
+
+def norm_problem(shape: dict[str, Any]) -> dict[str, Any]:
+    """The mixer's gated RMSNorm at an SSD shape (ops.layernorm_gated's problem): rows batch * seqlen, one group of
+    nheads * headdim / ngroups columns per B/C group, the z gate after the norm, no bias."""
+    g = shape["ngroups"]
+    return {
+        "rows": shape["batch"] * shape["seqlen"],
+        "ngroups": g,
+        "group_size": shape["nheads"] * shape["headdim"] // g,
+        "z": True,
+        "norm_before_gate": False,
+        "is_rms_norm": True,
+        "bias": False,
+    }
+
+
 EPS = 1e-5
 GRAD_NAMES = ("x", "dt", "A", "B", "C", "D", "dt_bias", "z", "weight")
 TARGETS = {
@@ -299,17 +315,8 @@ def bench_norm_bwd(
     """bwd_ms of each backend's gated RMSNorm backward kernel call, speedup, bandwidth floor and fraction of it."""
     from ops import layernorm_gated as norm_op
 
-    rows, g = shape["batch"] * shape["seqlen"], shape["ngroups"]
-    gs = shape["nheads"] * shape["headdim"] // g
-    problem = {
-        "rows": rows,
-        "ngroups": g,
-        "group_size": gs,
-        "z": True,
-        "norm_before_gate": False,
-        "is_rms_norm": True,
-        "bias": False,
-    }
+    problem = norm_problem(shape)
+    rows, g, gs = problem["rows"], problem["ngroups"], problem["group_size"]
     inp = norm_op.inputs(problem, dtype, 3, dev)
     x, w, z = inp["x"], inp["weight"], inp["z"]
     dy = _cotangent(x.shape, dtype, 4, dev)
