@@ -25,9 +25,8 @@ then the steps' gradients: the a_l terms (C path, chunk decay) reverse-summed ov
 (V_s, and dcb's, already per step) summed over s < k; -> ddt, dA; dt's softplus/clamp -> ddt, ddt_bias.
 Products are taken in the inputs' dtype with fp32 accumulation, as in the forward kernels; fp64 inputs (the autograd
 function's upcast of fp32 inputs) compute in fp64 throughout (:mod:`kernels.precision`). The decay-step, ddt and dD sums
-(per tile, across programs by atomics, and the glue on (batch, nheads, seqlen) tensors) run in fp64: they are small next
-to the products, and in fp32 their rounding made the largest part of the remaining grad.A / grad.dt_bias / grad.D
-error."""
+are taken per tile in the accumulation dtype, then across programs by fp64 atomics and in the fp64 glue on (batch,
+nheads, seqlen) tensors, where the sums are long."""
 
 from __future__ import annotations
 
@@ -104,7 +103,7 @@ def state_passing_bwd_kernel(
     blocks, padded elements (0, 0) after the real ones. The scan runs over the next chunk's (decay, dH), so that
     element k is dS_c = G_{c+1} itself (the identity for the last chunk, then dfinal): the decay gradient takes it
     directly (no G_c - dH_c difference, which loses dS_c when exp(a_last) is small) and sums its dim-long dot
-    product in fp64 (the fp32 sum was the largest error in grad.A)."""
+    product per dim block in dstates' dtype, across the blocks in fp64."""
     batch, nchunks, nheads, dim = dstates.shape
     dS = torch.empty([batch, nchunks, nheads, dim], dtype=dstates.dtype, device=dstates.device)
     dinitial = torch.empty([batch, nheads, dim], dtype=dstates.dtype, device=dstates.device)
@@ -139,8 +138,8 @@ def state_passing_bwd_kernel(
             # grad[k] = dS_c = G_{c+1}, the gradient of S_c (for the last chunk, dfinal).
             hl.store(dS, [tile_b.begin, chunk, tile_h.begin, tile_d], grad, extra_mask=real[:, None])
             entering = hl.load(states, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None])
-            dot = torch.sum(grad.to(torch.float64) * entering.to(torch.float64), dim=1)
-            hl.atomic_add(ddA_rev, [tile_b.begin, tile_h.begin, k], dot * decay.to(torch.float64))
+            dot = torch.sum(grad * entering, dim=1) * decay.to(grad.dtype)
+            hl.atomic_add(ddA_rev, [tile_b.begin, tile_h.begin, k], dot.to(torch.float64))
             # dinitial = G_0 = f_0 exp(a_last_0) dS_0 + dH_0, in the block that holds chunk 0.
             is_first = (k == nchunks - 1)[:, None]
             first = hl.load(dstates, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=is_first)
@@ -200,7 +199,7 @@ def dx_kernel(
         hl.atomic_add(
             ddA_state,
             [tile_b.begin, tile_h.begin, tile_c.begin, tile_s],
-            torch.sum(acc.to(torch.float64) * xs.to(torch.float64), dim=1) * dt_s.to(torch.float64),
+            (torch.sum(acc * xs, dim=1) * dt_s.to(wide)).to(torch.float64),
         )
         for tile_l in hl.tile(tile_s.begin, chunk_size):
             pos_l = start + tile_l.index
@@ -216,7 +215,7 @@ def dx_kernel(
         hl.atomic_add(
             ddt,
             [tile_b.begin, tile_h.begin, tile_c.begin, tile_s],
-            torch.sum(acc.to(torch.float64) * xs.to(torch.float64), dim=1),
+            torch.sum(acc * xs, dim=1).to(torch.float64),
         )
         grad = acc * dt_s[:, None]
         if D is not None:
@@ -226,7 +225,7 @@ def dx_kernel(
                 grad = grad + dy_s * D[tile_h.begin, tile_p].to(wide)[None, :]
             else:
                 grad = grad + dy_s * D[tile_h.begin].to(wide)
-            hl.atomic_add(dD, [tile_h.begin, tile_p], torch.sum(dy_s.to(torch.float64) * xs.to(torch.float64), dim=0))
+            hl.atomic_add(dD, [tile_h.begin, tile_p], torch.sum(dy_s * xs, dim=0).to(torch.float64))
         hl.store(dx, [tile_b.begin, pos_s, tile_h.begin, tile_p], grad.to(dx.dtype), extra_mask=valid_s[:, None])
     return dx
 
@@ -285,16 +284,18 @@ def dcb_kernel(
             acc = torch.where(keep, acc, 0.0)
             total = total + acc
             # Each step's gradient summed from its own terms only (W[l, s'], s' < k <= l): no cancelling sums.
-            products = (acc * weights).to(torch.float64)
+            products = acc * weights
             prefix = torch.where(below, torch.cumsum(products, dim=1), 0.0)
-            hl.atomic_add(ddA_next, [tile_b.begin, tile_h.begin, tile_c.begin, tile_s], torch.sum(prefix, dim=0))
+            hl.atomic_add(
+                ddA_next, [tile_b.begin, tile_h.begin, tile_c.begin, tile_s], torch.sum(prefix, dim=0).to(torch.float64)
+            )
             rows = torch.sum(products, dim=1)
             for tile_k in hl.tile(tile_s.end, tile_l.end, block_size=16):  # fixed: the config keeps its layout
                 later = tile_l.index[:, None] > tile_k.index[None, :]
                 hl.atomic_add(
                     ddA_next,
                     [tile_b.begin, tile_h.begin, tile_c.begin, tile_k],
-                    torch.sum(torch.where(later, rows[:, None], 0.0), dim=0),
+                    torch.sum(torch.where(later, rows[:, None], 0.0), dim=0).to(torch.float64),
                 )
         dcb[tile_b.begin, tile_c.begin, tile_g.begin, tile_l, tile_s] = total
     return dcb
@@ -348,7 +349,7 @@ def dc_kernel(
             hl.atomic_add(
                 ddA,
                 [tile_b.begin, tile_h.begin, tile_c.begin, tile_l],
-                torch.sum(part.to(torch.float64) * cs.to(torch.float64), dim=1),
+                torch.sum(part * cs, dim=1).to(torch.float64),
             )
         for tile_s in hl.tile(0, tile_l.end):
             pos_s = start + tile_s.index
