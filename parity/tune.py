@@ -446,6 +446,25 @@ class Tuner:
         changed = [k for k, v in self._expected(launch).items() if record.get(k) != v]
         return (record, "") if not changed else (None, f"stale ({', '.join(changed)} changed)")
 
+    def _earlier_bests(self, name: str) -> list[tuple[str | None, dict[str, Any]]]:
+        """(where, config) of the best configs found for kernel ``name`` of this op, problem and dtype before, stale
+        ones too (a search starts from them; it does not trust them): this device's last (where None) first, then
+        each other GPU's of the same architecture (``-sm90``: the same SMs, so its best is a good start here)."""
+        own = lookup.device_key(self.device)
+        arch = own.rpartition("-")[2]
+        others = sorted(
+            path.name
+            for path in (self.out.iterdir() if self.out.is_dir() else ())
+            if path.is_dir() and path.name != own and arch.startswith("sm") and path.name.endswith(f"-{arch}")
+        )
+        found: list[tuple[str | None, dict[str, Any]]] = []
+        for where in [None, *others]:
+            folder = self.folder if where is None else self.out / where / self.folder.relative_to(self.out / own)
+            record = _read(folder / "kernels" / f"{name}.json") or {}
+            if record.get("status") == "tuned" and isinstance(record.get("config"), dict):
+                found.append((where, dict(record["config"])))
+        return found
+
     def run(self, *, only: Sequence[str] = (), force: bool = False, plan: bool = False) -> Outcome:
         """Capture, then (unless ``plan``) establish the baseline's trust, tune each kernel not tuned yet (only
         ``only`` if given; every one with ``force``), and judge the assembled config."""
@@ -475,10 +494,10 @@ class Tuner:
                 state = f"{record['status']} before, skipped (--force redoes it)"
             else:
                 state = "forced" if record is not None else why
-                previous = _read(self.folder / "kernels" / f"{name}.json") or {}
-                if previous.get("status") == "tuned" and previous.get("config") not in seeds[name]:
-                    seeds[name].insert(0, dict(previous["config"]))  # the last search's best starts this one
-                    state += ", its last best config seeded"
+                for where, config in reversed(self._earlier_bests(name)):  # the last search's best starts this one
+                    if config not in seeds[name]:
+                        seeds[name].insert(0, config)
+                        state += ", its last best config seeded" if where is None else f", {where}'s best seeded"
                 if not only or name in only:
                     todo.append(launch)
                 else:

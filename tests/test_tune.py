@@ -337,6 +337,26 @@ def test_a_rerun_skips_what_is_current_and_a_changed_source_re_tunes(tmp_path, m
     assert records(t)["bwd"]["seeds"][0] == best  # the re-tune starts from the stale record's best
 
 
+def test_a_first_search_on_a_gpu_starts_from_the_best_found_on_another_of_its_architecture(tmp_path, monkeypatch):
+    """Tuning on an H100 with an H200's records in the tree: each kernel's search is seeded with the H200's best
+    (the same SMs); a GPU of another architecture is not a source."""
+    monkeypatch.setattr(lookup, "device_key", lambda device: "gpu-a-sm90")
+    assert tuner(tmp_path, SeedSearch()).run().status == "done"
+    bests = {"gpu-a-sm90": {"block_sizes": [16, 1], "num_warps": 1}, "gpu-c-sm80": {"block_sizes": [8, 1]}}
+    rel = tuner(tmp_path, SeedSearch()).folder.relative_to(tmp_path / "gpu-a-sm90") / "kernels" / "bwd.json"
+    record = json.loads((tmp_path / "gpu-a-sm90" / rel).read_text())
+    for key, best in bests.items():
+        (tmp_path / key / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / key / rel).write_text(json.dumps({**record, "config": best}))
+    monkeypatch.setattr(lookup, "device_key", lambda device: "gpu-b-sm90")
+    t = tuner(tmp_path, SeedSearch())
+    assert t.run().status == "done"
+    assert t.folder.is_relative_to(tmp_path / "gpu-b-sm90")
+    assert any("plan bwd:" in line and "gpu-a-sm90's best seeded" in line for line in logged(t))
+    seeds = records(t)["bwd"]["seeds"]
+    assert seeds[0] == bests["gpu-a-sm90"] and bests["gpu-c-sm80"] not in seeds
+
+
 def test_force_with_kernel_re_tunes_that_kernel_and_keeps_the_others(tmp_path):
     """``--force --kernel bwd`` (a search that failed, say) searches bwd alone and judges the op with fwd's record."""
     assert tuner(tmp_path, SeedSearch()).run().status == "done"
