@@ -494,7 +494,7 @@ class Tuner:
                 state = f"{record['status']} before, skipped (--force redoes it)"
             else:
                 state = "forced" if record is not None else why
-                for where, config in reversed(self._earlier_bests(name)):  # the last search's best starts this one
+                for where, config in reversed(self._earlier_bests(name)):  # earlier bests start this search
                     if config not in seeds[name]:
                         seeds[name].insert(0, config)
                         state += ", its last best config seeded" if where is None else f", {where}'s best seeded"
