@@ -69,29 +69,42 @@ def _promoted(x: torch.Tensor, B: torch.Tensor, chunk_size: int) -> Mapping[str,
 
 
 def tuning_configs(inputs: Mapping[str, Any], count: int) -> list[dict[str, Any]]:
-    """Candidates for ``parity tune`` on the GPU: one block size for every chunk-row, column and dstate tile of
-    the scan, state and backward kernels (the whole headdim in one tile), with warps and pipeline stages,
-    the first ``count`` in a fixed order. chunk_cumsum keeps its default config."""
-    headdim = inputs["x"].shape[-1]
-    grid = [(64, 4, 2), (64, 4, 3), (128, 8, 2), (32, 4, 2), (64, 8, 3), (128, 4, 2), (32, 2, 3), (128, 8, 3)]
+    """Candidates for ``parity tune`` on the GPU (the autotuner's seeds), the first ``count`` in a fixed order. Each
+    sets, for every kernel, its output-row tile, the tile of the loop over chunk positions, the dstate tile (the whole
+    dstate up to 128, or 32 and 64) and warps and pipeline stages; the whole headdim is one tile. They span the tile
+    shapes mamba-ssm's own autotuner offers for the same loops (a 32-wide position loop with 4-5 stages, as its
+    chunk_scan and dx picks on the H200 in reference/mamba_autotune.json) and the large tiles Helion's search found
+    for the backward (h200-run26). chunk_cumsum keeps its default config."""
+    headdim, dstate = inputs["x"].shape[-1], inputs["B"].shape[-1]
+    full = min(dstate, 128)
+    grid = [
+        (64, 64, full, 4, 2),
+        (64, 32, full, 2, 4),
+        (32, 32, full, 4, 5),
+        (128, 128, full, 8, 2),
+        (64, 64, 64, 4, 3),
+        (128, 64, 64, 8, 3),
+        (32, 32, 32, 2, 4),
+        (128, 32, full, 4, 4),
+    ]
     configs = []
-    for blk, warps, stages in grid[:count]:
+    for rows, cols, nblk, warps, stages in grid[:count]:
 
         def cfg(*sizes: int, warps: int = warps, stages: int = stages) -> dict[str, Any]:
             return {"block_sizes": list(sizes), "num_warps": warps, "num_stages": stages}
 
         configs.append(
             {
-                "chunk_state": cfg(headdim, blk, blk),
-                "bmm_chunk": cfg(blk, blk, 64),
-                "chunk_scan": cfg(blk, headdim, blk, blk),
+                "chunk_state": cfg(headdim, nblk, cols),
+                "bmm_chunk": cfg(rows, rows, min(nblk, 64)),
+                "chunk_scan": cfg(rows, headdim, nblk, cols),
                 "state_passing": {"block_sizes": [64], "num_warps": 1},
-                "bwd_dstates": cfg(headdim, blk, blk),
+                "bwd_dstates": cfg(headdim, nblk, cols),
                 "bwd_state_passing": {"block_sizes": [64], "num_warps": 1},
-                "bwd_dx": cfg(blk, headdim, blk, blk),
-                "bwd_dcb": cfg(blk, blk, headdim),
-                "bwd_dc": cfg(blk, blk, headdim, blk),
-                "bwd_db": cfg(blk, blk, headdim, blk),
+                "bwd_dx": cfg(rows, headdim, nblk, cols),
+                "bwd_dcb": cfg(rows, cols, headdim),
+                "bwd_dc": cfg(rows, nblk, headdim, cols),
+                "bwd_db": cfg(rows, nblk, headdim, cols),
             }
         )
     return configs

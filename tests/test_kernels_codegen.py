@@ -439,7 +439,8 @@ def test_ssd_tuning_configs_generate_triton() -> None:
     Nemotron-like shape (a malformed candidate would otherwise surface only on the GPU)."""
     batch, seqlen, nheads, ngroups, headdim, dstate, chunk_size = GPU_SHAPE.shape
     x = torch.randn(batch, seqlen, nheads, headdim, dtype=GPU_SHAPE.dtype)
-    candidates = ssd_combined.tuning_configs({"x": x}, 8)
+    B = torch.randn(batch, seqlen, ngroups, dstate, dtype=GPU_SHAPE.dtype)
+    candidates = ssd_combined.tuning_configs({"x": x, "B": B}, 8)
     assert len(candidates) == 8 and len({str(c) for c in candidates}) == 8
     forward = {
         "chunk_state": (chunk_state.chunk_state_kernel, _chunk_state_args),
