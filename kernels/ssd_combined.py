@@ -72,9 +72,9 @@ def tuning_configs(inputs: Mapping[str, Any], count: int) -> list[dict[str, Any]
     """Candidates for ``parity tune`` on the GPU (the autotuner's seeds), the first ``count`` in a fixed order. Each
     sets, for every kernel, its output-row tile, the tile of the loop over chunk positions, the dstate tile (the whole
     dstate up to 128, or 32 and 64) and warps and pipeline stages; the whole headdim is one tile. They span the tile
-    shapes mamba-ssm's own autotuner offers for the same loops (a 32-wide position loop with 4-5 stages, as its
-    chunk_scan and dx picks on the H200 in reference/mamba_autotune.json) and the large tiles Helion's search found
-    for the backward (h200-run26). chunk_cumsum keeps its default config."""
+    shapes mamba-ssm's own autotuner offers for the same loops (a 32-wide position loop with 4-5 stages, as in its
+    chunk_scan and dx configs recorded on the H200, reference/mamba_autotune.json) and the large tiles Helion's
+    search found for the backward (h200-run26). chunk_cumsum keeps its default config."""
     headdim, dstate = inputs["x"].shape[-1], inputs["B"].shape[-1]
     full = min(dstate, 128)
     grid = [
