@@ -494,10 +494,12 @@ class Tuner:
                 state = f"{record['status']} before, skipped (--force redoes it)"
             else:
                 state = "forced" if record is not None else why
-                for where, config in reversed(self._earlier_bests(name)):  # earlier bests start this search
-                    if config not in seeds[name]:
-                        seeds[name].insert(0, config)
+                earlier: list[dict[str, Any]] = []  # earlier bests start this search, in their order
+                for where, config in self._earlier_bests(name):
+                    if config not in seeds[name] and config not in earlier:
+                        earlier.append(config)
                         state += ", its last best config seeded" if where is None else f", {where}'s best seeded"
+                seeds[name][:0] = earlier
                 if not only or name in only:
                     todo.append(launch)
                 else:
