@@ -646,6 +646,17 @@ def _tune_section(result: Result, label: str) -> str:
     return "".join(parts)
 
 
+def _counterparts(result: Result) -> list[tuple[str, str, dict[str, Any]]]:
+    """(phase, part, row) of a kernel-times result's parts against their mamba-ssm counterparts (older files: none)."""
+    phases = result.data.get("counterparts", {})
+    return [(phase, part, row) for phase, table in phases.items() for part, row in table.items()]
+
+
+def _slower(row: dict[str, Any]) -> bool:
+    """Whether a part's Helion kernels took longer than mamba-ssm's (the tuning issue's per-kernel target is 1.0x)."""
+    return row["ratio"] is not None and row["ratio"] < 1
+
+
 def _kernel_times_section(result: Result, label: str) -> str:
     """Per backend and phase, the total and each kernel's time per iteration, the largest first."""
     backends = result.data["backends"]
@@ -671,11 +682,10 @@ def _kernel_times_section(result: Result, label: str) -> str:
             _esc(part),
             f'<td class="num">{_fmt(row["mamba_us"], ".1f")}</td>',
             f'<td class="num">{_fmt(row["helion_us"], ".1f")}</td>',
-            f'<td class="num{"" if row["ratio"] is None or row["ratio"] >= 1 else " fail"}" '
+            f'<td class="num{" fail" if _slower(row) else ""}" '
             f'data-part-ratio="{phase}|{_esc(part)}">{"n/a" if row["ratio"] is None else _fmt(row["ratio"])}</td>',
         ]
-        for phase, table in result.data.get("counterparts", {}).items()
-        for part, row in table.items()
+        for phase, part, row in _counterparts(result)
     ]
     counterparts = (
         "<p>each part against its mamba-ssm counterpart (mamba-ssm us / Helion us; target &gt;= 1)</p>"
@@ -981,12 +991,7 @@ def _headline(result: Result) -> str:
         trials = result.data["trials"]
         return f"{len(trials)} configs, {sum(bool(t['passed']) for t in trials)} passing"
     if result.kind == "kernel-times":
-        slower = [
-            f"{phase} {part} {row['ratio']:.2f}x"
-            for phase, table in result.data.get("counterparts", {}).items()
-            for part, row in table.items()
-            if row["ratio"] is not None and row["ratio"] < 1
-        ]
+        slower = [f"{phase} {part} {row['ratio']:.2f}x" for phase, part, row in _counterparts(result) if _slower(row)]
         return "; ".join(
             [
                 f"{name}: fwd {b['fwd_us']:.1f} us, bwd {b['bwd_us']:.1f} us"
