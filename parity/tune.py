@@ -22,7 +22,10 @@ each capturing the launches again on its own GPU and writing its kernels' record
 then reads them back. Then
 the assembled op config is judged end to end by the engine (forward and backward, at the problem and at the
 op's pinned examples). If it fails, kernels are added to the default one at a time, the largest time saved
-first, and a kernel whose config fails is rejected: a wrong config never wins. Every judgement is stored too.
+first, and a kernel whose config fails is rejected: a wrong config never wins. A config whose per-operation lists
+differ entry by entry is tried a second way, each list as its most common entry (checked and timed on the kernel
+as well): a build with more loads or stores than the one tuned refuses the list, not one value. Every judgement is
+stored too.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import json
 import multiprocessing
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -597,13 +601,24 @@ class Tuner:
         }
         try:
             best = dict(self.search(tuning, launch.args))
-            compiled = plain.compile_config(helion.Config(**best))
+            expected, written = baseline(*snapshot(launch.args)), _after(baseline, launch.args)
+
+            def verify(got: Any, args: tuple[Any, ...]) -> None:
+                check(got, expected)
+                check(args, written)
+
             args = snapshot(launch.args)
-            check(compiled(*args), baseline(*snapshot(launch.args)))
-            check(args, _after(baseline, launch.args))
-            record.update(status="tuned", config=best)
-            record["baseline_ms"] = self.timer(lambda: baseline(*args))
-            record["ms"] = self.timer(lambda: compiled(*args))
+            baseline_ms = self.timer(lambda: baseline(*args))
+            record["ms"] = self._checked_time(plain, best, launch.args, verify)
+            record.update(status="tuned", config=best, baseline_ms=baseline_ms)
+            common = most_common_form(best)
+            if common != broadcast_uniform(best):
+                try:  # the form every build of the kernel loads, checked and timed too (the op may refuse the other)
+                    record["common_ms"] = self._checked_time(plain, common, launch.args, verify)
+                    record["common_config"] = common
+                except Exception as exc:
+                    _device_alive(self.device, exc)
+                    record["common_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
         except Exception as exc:  # a failed search or a best config that fails parity's check is recorded
             _device_alive(self.device, exc)
             record.update(status="failed", error=f"{type(exc).__name__}: {str(exc)[:500]}")
@@ -617,6 +632,18 @@ class Tuner:
         else:
             self._say(f"  {launch.name}: FAILED ({record['seconds']:.0f} s): {record['error']}")
         return record
+
+    def _checked_time(
+        self, plain: Any, config: Mapping[str, Any], args: tuple[Any, ...], verify: Callable[[Any, Any], None]
+    ) -> float:
+        """The time of ``plain`` (a bound kernel) compiled with ``config``, on a copy of ``args``, once ``verify``
+        passed on its output and on what it wrote into that copy."""
+        import helion
+
+        compiled = plain.compile_config(helion.Config(**config))
+        copy = snapshot(args)
+        verify(compiled(*copy), copy)
+        return self.timer(lambda: compiled(*copy))
 
     def judge(self, config: Mapping[str, Any], what: str) -> dict[str, Any] | None:
         """The engine's verdict on the op with ``config``, forward and backward, at the problem and the op's
@@ -672,18 +699,22 @@ class Tuner:
 
     def assemble(self, records: dict[str, dict[str, Any]], trust: dict[str, Any]) -> Outcome:
         """Judge every tuned kernel config that is faster than its default together; if that fails, add them one
-        at a time to the defaults (the largest time saved first), rejecting each that fails."""
+        at a time to the defaults (the largest time saved first), rejecting each form that fails (a kernel's
+        config as searched, then its per-operation lists as their most common entry: :func:`_forms`)."""
+        candidates: dict[str, list[dict[str, Any]]] = {}
         gains = {}
         for name, record in records.items():
-            if record.get("status") != "tuned" or _rejected(record):
+            if record.get("status") != "tuned" or not (forms := _forms(record)):
                 continue
-            if record["ms"] < record["baseline_ms"]:
-                gains[name] = record["baseline_ms"] - record["ms"]
+            faster = [(form, ms) for form, ms in forms if ms < record["baseline_ms"]]
+            if faster:
+                candidates[name] = [form for form, _ in faster]
+                gains[name] = record["baseline_ms"] - faster[0][1]
             else:
                 self._say(f"{name}: not faster than its default config: left out")
         order = sorted(gains, key=lambda n: -gains[n])
         judged = [trust]
-        config = {n: _as_tuned(records[n]["config"]) for n in order}
+        config = {n: candidates[n][0] for n in order}
         verdict = self.judge(config, f"the tuned configs of {len(config)} kernels") if config else None
         if config and verdict is None:
             return Outcome("incomplete", list(records.values()), judged)
@@ -692,18 +723,20 @@ class Tuner:
         if verdict is not None and not verdict["passed"]:
             config = {}
             for name in order:
-                trial = {**config, name: _as_tuned(records[name]["config"])}
-                verdict = self.judge(trial, f"{len(config)} accepted + {name}")
-                if verdict is None:
-                    return Outcome("incomplete", list(records.values()), judged)
-                judged.append(verdict)
-                if verdict["passed"]:
-                    config = trial
-                else:
+                for number, form in enumerate(candidates[name]):
+                    trial = {**config, name: form}
+                    label = " (per-operation lists as one value)" if number else ""
+                    verdict = self.judge(trial, f"{len(config)} accepted + {name}{label}")
+                    if verdict is None:
+                        return Outcome("incomplete", list(records.values()), judged)
+                    judged.append(verdict)
+                    if verdict["passed"]:
+                        config = trial
+                        break
                     records[name]["rejected"] = f"the op fails end to end with it: {verdict['failures'][:1]}"
-                    records[name]["rejected_as"] = trial[name]
+                    records[name]["rejected_forms"] = [*records[name].get("rejected_forms", []), form]
                     _write(self.folder / "kernels" / f"{name}.json", records[name])
-                    self._say(f"{name}: rejected (the op fails end to end with its tuned config)")
+                    self._say(f"{name}{label}: rejected (the op fails end to end with its tuned config)")
         if not config:
             return Outcome("no-gain", list(records.values()), judged, note="no tuned kernel config was kept")
         path = self.folder / "config.json"
@@ -765,6 +798,17 @@ def broadcast_uniform(config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def most_common_form(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with each per-operation list written as its most common entry (the first of equals): a form
+    every build of the kernel loads, whatever its count of loads and stores."""
+    out = dict(config)
+    for name in PER_OPERATION_FIELDS:
+        value = out.get(name)
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            out[name] = Counter(value).most_common(1)[0][0]
+    return out
+
+
 BUILD_DEPENDENT_FIELDS = ("static_ranges",)
 """Helion config fields with one entry per loop of a kind that some builds of the kernel have and others lack.
 Helion 1.5.0 offers a static range only for a loop whose bounds are compile-time constants with at most 8 trips: the
@@ -774,10 +818,19 @@ config['static_ranges']", H200 run 26). The search holds them at their neutral v
 fills with False for every loop) and a tuned config omits them (:func:`_as_tuned`), so it loads on every build."""
 
 
-def _rejected(record: Mapping[str, Any]) -> bool:
-    """Whether the kernel's tuned config, as the op now runs it (:func:`_as_tuned`), failed the op end to end
-    before. A rejection of another form of it (recorded before that form changed) is judged again."""
-    return bool(record.get("rejected")) and record.get("rejected_as") == _as_tuned(record["config"])
+def _forms(record: Mapping[str, Any]) -> list[tuple[dict[str, Any], float]]:
+    """(form, its kernel time) of a tuned kernel config as the op may run it (:func:`_as_tuned`), in the order the
+    op is judged with them, less those that failed the op before: the config as searched, then (when the search
+    set a per-operation list to different entries) each such list as its most common entry. A build of the kernel
+    with more loads or stores than the one tuned (an optional input: the SSD's initial states) refuses a list of
+    another length ("Load/Store operation 8 exceeds indexing config length 8", H100 run 30, bwd_state_passing),
+    and loads one value on every operation. A rejection of another form (before the op's assembly changed) is
+    judged again."""
+    forms = [(_as_tuned(record["config"]), float(record["ms"]))]
+    if isinstance(record.get("common_config"), dict):
+        forms.append((_as_tuned(record["common_config"]), float(record["common_ms"])))
+    rejected = record.get("rejected_forms", [])
+    return [(form, ms) for form, ms in forms if form not in rejected]
 
 
 def _as_tuned(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,16 @@ from parity import cli, lookup, registry, tolerances
 from parity.errors import ParityError
 from parity.runner import execute, make_inputs, upstream_grads
 from parity.spec import Impl, OpSpec
-from parity.tune import Tuner, _as_tuned, accuracy_check, broadcast_uniform, capture, kernel_tolerance, snapshot
+from parity.tune import (
+    Tuner,
+    _as_tuned,
+    accuracy_check,
+    broadcast_uniform,
+    capture,
+    kernel_tolerance,
+    most_common_form,
+    snapshot,
+)
 
 pytestmark = pytest.mark.cpu
 
@@ -280,6 +289,42 @@ def test_a_config_tuned_on_one_build_runs_on_builds_with_more_loads(tmp_path):
     assert json.loads(outcome.config_path.read_text())["bwd"]["indexing"] == tuned["indexing"][0]
 
 
+class MixedIndexingSearch:
+    """A stand-in for Helion's autotuner that returns the tuned build's default config with the last load or store
+    indexed another way: a per-operation list with different entries, as Helion's search writes them (H100 run
+    30: bwd_state_passing's ``indexing``, six pointers then a tensor descriptor)."""
+
+    def __call__(self, kernel: Any, args: tuple[Any, ...]) -> dict[str, Any]:
+        spec = kernel.bind(args).config_spec
+        other = next(c for c in spec.valid_indexing_types() if c != "pointer")
+        return {**dict(spec.default_config()), "indexing": ["pointer"] * (spec.indexing.length - 1) + [other]}
+
+
+def test_a_mixed_per_operation_list_refused_by_another_build_is_kept_as_its_most_common_entry(tmp_path):
+    """The backward's tuned config indexes its loads and stores two ways; the build of the pinned example (bias,
+    LayerNorm, norm before the gate) has more of them and Helion refuses the list: that form is rejected, and the
+    form with the list as its most common entry, checked and timed on the kernel when tuned, is kept."""
+    wide = {**NORM, "rows": 5, "ngroups": 3, "group_size": 24, "norm_before_gate": True, "is_rms_norm": False}
+    spec = dataclasses.replace(NORM_SPEC, examples=({**wide, "bias": True},))
+    t = tuner(tmp_path, MixedIndexingSearch(), spec=spec)
+    outcome = t.run()
+    assert outcome.status == "done", logged(t)
+    bwd = records(t)["bwd"]
+    assert len(set(bwd["config"]["indexing"])) == 2 and bwd["common_config"]["indexing"] == "pointer"
+    assert bwd["common_ms"] < bwd["baseline_ms"]
+    assert bwd["rejected_forms"] == [_as_tuned(bwd["config"])]
+    assert outcome.config["bwd"] == _as_tuned(bwd["common_config"])
+    assert any("bwd (per-operation lists as one value): pass" in line for line in logged(t))
+    again = tuner(tmp_path, MixedIndexingSearch(), spec=spec)  # the rejection is remembered: nothing judged twice
+    assert again.run().config == outcome.config and not any("rejected" in line for line in logged(again))
+
+
+def test_most_common_form_writes_every_per_operation_list_as_one_value():
+    config = {"indexing": ["pointer", "block_ptr", "pointer"], "atomic_indexing": [], "block_sizes": [32, 32]}
+    assert most_common_form(config) == {**config, "indexing": "pointer"}
+    assert most_common_form({"indexing": ["block_ptr", "pointer"]}) == {"indexing": "block_ptr"}
+
+
 def test_broadcast_uniform_writes_only_uniform_per_operation_lists_as_one_value():
     config = {
         "indexing": ["pointer", "pointer"],
@@ -453,17 +498,17 @@ def test_an_assembled_config_that_fails_end_to_end_is_rejected(tmp_path, monkeyp
     assert outcome.status == "done" and outcome.config == kept
     assert [j["passed"] for j in outcome.judged] == [True, False, True, False]
     assert "rejected" in records(t)["bwd"] and "rejected" not in records(t)["fwd"]
-    assert records(t)["bwd"]["rejected_as"] == BAD_BWD
+    assert records(t)["bwd"]["rejected_forms"] == [BAD_BWD]
     assert json.loads(outcome.config_path.read_text()) == outcome.config
     again = tuner(tmp_path, SeedSearch(), spec=spec, base=impl)
     assert again.run().config == kept and not any("bwd: rejected" in line for line in logged(again))
     # a rejection recorded for another form of the config (before the tuner changed how it assembles) is judged
     # again, here failing again
     path = t.folder / "kernels" / "bwd.json"
-    path.write_text(json.dumps({**records(t)["bwd"], "rejected_as": {"indexing": ["pointer"]}}))
+    path.write_text(json.dumps({**records(t)["bwd"], "rejected_forms": [{"indexing": ["pointer"]}]}))
     third = tuner(tmp_path, SeedSearch(), spec=spec, base=impl)
     assert third.run().config == kept and any("bwd: rejected" in line for line in logged(third))
-    assert records(t)["bwd"]["rejected_as"] == BAD_BWD
+    assert records(t)["bwd"]["rejected_forms"] == [{"indexing": ["pointer"]}, BAD_BWD]
 
 
 def test_plan_captures_and_prints_without_tuning(tmp_path, capsys):
