@@ -589,6 +589,9 @@ class Tuner:
                 autotune_baseline_fn=baseline,
                 autotune_baseline_accuracy_check_fn=check,
                 autotune_config_overrides={key: [] for key in BUILD_DEPENDENT_FIELDS},
+                # every config Helion measures (generation, status, compile s, ms, when), appended per search: what
+                # a search spent its budget on (kernels/<name>.autotune.csv and .log beside the record)
+                autotune_log=str(self.folder / "kernels" / f"{launch.name}.autotune"),
                 **self.settings.helion(),
             ),
         )

@@ -93,6 +93,8 @@ class SeedSearch:
         assert settings.autotune_effort == "quick" and settings.autotune_random_seed == 0
         assert settings.autotune_ignore_errors, "a config Triton cannot compile is skipped, not the search ended"
         assert settings.autotune_config_overrides == {"static_ranges": []}, "build-dependent fields held neutral"
+        log = Path(settings.autotune_log)
+        assert log.parent.name == "kernels" and log.suffix == ".autotune", "what the search measured is kept"
         if self.before:
             self.before(kernel)
         self.seen.append(kernel.fn.__name__)
