@@ -92,6 +92,7 @@ class SeedSearch:
         assert settings.static_shapes, "tuned as training runs it: the static-shape build"
         assert settings.autotune_effort == "quick" and settings.autotune_random_seed == 0
         assert settings.autotune_ignore_errors, "a config Triton cannot compile is skipped, not the search ended"
+        assert not settings.autotune_benchmark_subprocess, "benchmarked here: a worker's start took the budget"
         assert settings.autotune_config_overrides == {"static_ranges": []}, "build-dependent fields held neutral"
         log = Path(settings.autotune_log)
         assert log.parent.name == "kernels" and log.suffix == ".autotune", "what the search measured is kept"
