@@ -10,6 +10,9 @@ Two measurements at the mixer shape (b=2, L=8192, h=64, p=64, g=8, n=128, chunk 
 2. the gated RMSNorm backward alone (rows b*L, columns h*p), timed without its forward, against the
    bandwidth floor (bytes read and written over the measured device copy bandwidth).
 
+Beside each mixer time, the host's time to issue one call ("host", :func:`host_ms`): where it is close to the
+do_bench time, the call is bound by the host, not the kernels.
+
 Times are triton.testing.do_bench medians on CUDA. ``--device cpu`` (Triton interpreter, one
 perf_counter-timed call each, no peak memory, no floor) is a smoke test only, meant for ``--shape tiny``.
 A backend that raises is recorded as ``{"error": ...}``, never fatal.
@@ -108,6 +111,21 @@ def timed(fn: Callable[[], Any], dev: torch.device) -> float:
     start = time.perf_counter()
     fn()
     return (time.perf_counter() - start) * 1e3
+
+
+def host_ms(fn: Callable[[], Any], dev: torch.device, calls: int = 10) -> float | None:
+    """Milliseconds the host takes to issue one ``fn()`` (CUDA only): ``calls`` calls back to back after a
+    synchronize, timed by perf_counter without waiting for the device. Near the do_bench time, the call is bound
+    by the host (the device waits on launches); well below it, by the device."""
+    if dev.type != "cuda":
+        return None
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    issued = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return issued / calls * 1e3
 
 
 def peak_memory(fn: Callable[[], Any], dev: torch.device) -> dict[str, int]:
@@ -225,6 +243,7 @@ def bench_mixer_backend(backend: Backend, inputs: dict[str, Any], dev: torch.dev
         values = {"out": out.detach().cpu()}
         del out
         result["fwd_ms"] = timed(forward, dev)
+        result["fwd_host_ms"] = host_ms(forward, dev)
     except Exception as exc:
         return {"error": f"forward: {_error(exc)}"}
     try:
@@ -233,6 +252,7 @@ def bench_mixer_backend(backend: Backend, inputs: dict[str, Any], dev: torch.dev
         del grads
         result.update(peak_memory(fwd_bwd, dev))
         result["fwd_bwd_ms"] = timed(fwd_bwd, dev)
+        result["fwd_bwd_host_ms"] = host_ms(fwd_bwd, dev)
     except Exception as exc:
         result["error"] = f"fwd+bwd: {_error(exc)}"
     result["_values"] = values
@@ -414,10 +434,11 @@ def print_report(mixer: dict[str, Any], norm: dict[str, Any], targets: dict[str,
         f"mixer fwd+bwd  b={p['batch']} L={p['seqlen']} h={p['nheads']} p={p['headdim']} g={p['ngroups']} "
         f"n={p['dstate']} chunk={p['chunk_size']} {p['dtype']}"
     )
-    print(f"  {'backend':8} {'fwd ms':>9} {'fwd+bwd':>9} {'peak MiB':>9}")
+    print(f"  {'backend':8} {'fwd ms':>9} {'fwd+bwd':>9} {'peak MiB':>9} {'host fwd':>9} {'host f+b':>9}")
     for name, r in mixer["backends"].items():
         peak = r["peak_mem_bytes"] / 2**20 if "peak_mem_bytes" in r else None
         line = f"  {name:8} {_fmt(r.get('fwd_ms'))} {_fmt(r.get('fwd_bwd_ms'))} {_fmt(peak, '9.0f')}"
+        line += f" {_fmt(r.get('fwd_host_ms'))} {_fmt(r.get('fwd_bwd_host_ms'))}"
         print(line + (f"  error: {r['error'][:100]}" if "error" in r else ""))
     t = targets
     print(
