@@ -18,6 +18,11 @@ def main() -> int:
     parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[2])
     parser.add_argument("--json", type=Path)
     parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument(
+        "--default-configs",
+        action="store_true",
+        help="every kernel its default config (trees with other kernel code: the promoted entry is stale there)",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(args.tree.resolve()))
 
@@ -41,11 +46,12 @@ def main() -> int:
     }
     leaves = {k: v.requires_grad_() for k, v in leaves.items()}
     dout = torch.randn(b, L, h, p, device=dev, dtype=bf16)
+    config = {} if args.default_configs else None
 
     def forward() -> torch.Tensor:
         t = leaves
         return mamba_chunk_scan_combined(
-            t["x"], t["dt"], t["A"], t["B"], t["C"], cs, D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True
+            t["x"], t["dt"], t["A"], t["B"], t["C"], cs, D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True, config=config
         )
 
     def fwd_bwd() -> None:
