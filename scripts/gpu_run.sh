@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the offline H200: install the carried wheels, then run the GPU tests and/or the
 # benchmarks, writing logs and JSON under $OUT (default ./gpu-out). Usage:
-#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [kernels] [record] [convergence] [precision] [e2e] [ssd] [long] [index]
+#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [kernels] [record] [convergence] [precision] [e2e] [ssd] [long] [trees] [index]
 #   (default: tests parity bench; each call is cut at 10 minutes: one or two steps per call)
 # e2e / ssd: tune (Helion's autotuner, resumable) + gate + promote the gated norm / the SSD kernels at the training shape.
 # mixer: the Nemotron mixer (SSD combined + gated RMSNorm) fwd/fwd+bwd/peak memory and the RMSNorm bwd, vs mamba-ssm
@@ -142,6 +142,14 @@ for step in $steps; do
           --json "$OUT/long-$name.json" > "$OUT/long-$name.log" 2>&1 || status=1
         grep -E "^ +(error|note|ok  |FAIL)|passed|failed| in [0-9.]+ s$" "$OUT/long-$name.log" | tail -24 | cut -c1-300
         echo "long $name done at ${SECONDS} s"
+      done ;;
+    trees)   # the SSD drop-in's step time (bench/diag/ssd_step_time.py, default configs) for this tree and each of
+             # TREES, source trees exported beside it (`git archive C kernels reference parity contract ops`), in one call
+      for tree in . ${TREES:-}; do
+        name=$([ "$tree" = . ] && echo this || basename "$tree")
+        timeout "${TREES_TIMEOUT:-150}" python3 bench/diag/ssd_step_time.py --tree "$tree" --default-configs \
+          --json "$OUT/step-time-$name.json" > "$OUT/step-time-$name.log" 2>&1 || status=1
+        grep -E "fwd\+bwd|all kernels" "$OUT/step-time-$name.log" | sed "s/^/$name /" | cut -c1-200
       done ;;
     index)   # issue 18: the training step with the default (int32-indexed) builds vs every kernel's int64 twin
       timeout "${INDEX_TIMEOUT:-300}" python3 bench/index_dtype.py --op ssd_combined --op layernorm_gated \
