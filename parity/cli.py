@@ -121,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--out", default="tuned", help="directory of the results, kept across runs (default tuned/)")
     tune.add_argument("--kernel", action="append", default=[], help="only tune this kernel name (repeatable)")
     tune.add_argument("--force", action="store_true", help="re-tune kernels whose results are current")
+    tune.add_argument(
+        "--same-search",
+        action="store_true",
+        help="a kernel searched with other settings (effort, budget, precompile, seed) is re-tuned, once (resumable)",
+    )
     tune.add_argument("--plan", action="store_true", help="capture and print what would be tuned; tune nothing")
     tune.add_argument("--seeds", type=_count(0), default=8, help="configs of the op's hand grid to seed (default 8)")
     tune.add_argument(
@@ -584,6 +589,7 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> int:
         log=lambda text: _say(console, text),
         time_limit=args.time_limit,
         gpus=_tune_gpus(args),
+        same_search=args.same_search,
     )
     outcome = tuner.run(only=args.kernel, force=args.force, plan=args.plan)
     trials = [

@@ -397,6 +397,9 @@ class Tuner:
     started: float = field(default_factory=time.monotonic)
     gpus: int = 1
     """GPUs to spread the kernel searches over, one spawned process per GPU (:func:`spread`); 1: all here."""
+    same_search: bool = False
+    """A record searched with other settings (effort, budget, precompile, random seed) is not current: re-running
+    with new settings re-tunes every kernel once, resumably (``--force`` redoes every kernel on every run)."""
 
     @property
     def folder(self) -> Path:
@@ -456,7 +459,10 @@ class Tuner:
         record = _read(self.folder / "kernels" / f"{launch.name}.json")
         if record is None:
             return None, "not tuned"
-        changed = [k for k, v in self._expected(launch).items() if record.get(k) != v]
+        expected = self._expected(launch)
+        if self.same_search:
+            expected["search"] = dataclasses.asdict(self.settings)
+        changed = [k for k, v in expected.items() if record.get(k) != v]
         return (record, "") if not changed else (None, f"stale ({', '.join(changed)} changed)")
 
     def _earlier_bests(self, name: str) -> list[tuple[str | None, dict[str, Any]]]:

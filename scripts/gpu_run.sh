@@ -88,7 +88,8 @@ for step in $steps; do
              # The tuner stops before a kernel it has no time for: CALL_LIMIT (s since the script started) less
              # PROMOTE_RESERVE (the promote gate's time) bounds it; the promote runs only when that much is left.
       # TUNE_SHAPE (JSON): tune at that problem instead of the training shape and promote for its shape bucket.
-      # TUNE_ARGS: more `parity tune` options (e.g. "--force --kernel bwd_dx" re-tunes that kernel alone).
+      # TUNE_ARGS: more `parity tune` options (e.g. "--force --kernel bwd_dx" re-tunes that kernel alone;
+      # "--same-search" with a new TUNE_BUDGET re-tunes every kernel once, resuming across calls).
       op=$([ "$step" = e2e ] && echo layernorm_gated || echo ssd_combined)
       log="$OUT/tune-$op${TUNE_SHAPE:+-$(echo "$TUNE_SHAPE" | md5sum | cut -c1-8)}.log"
       mkdir -p "$OUT/tuned"; [ -d tuned ] && cp -r tuned/. "$OUT/tuned/"

@@ -27,6 +27,7 @@ from parity.errors import ParityError
 from parity.runner import execute, make_inputs, upstream_grads
 from parity.spec import Impl, OpSpec
 from parity.tune import (
+    SearchSettings,
     Tuner,
     _as_tuned,
     accuracy_check,
@@ -383,6 +384,23 @@ def test_a_rerun_skips_what_is_current_and_a_changed_source_re_tunes(tmp_path, m
     assert third.seen == ["layer_norm_bwd_kernel"]
     assert any("plan bwd:" in line and "its last best config seeded" in line for line in logged(t))
     assert records(t)["bwd"]["seeds"][0] == best  # the re-tune starts from the stale record's best
+
+
+def test_same_search_re_tunes_what_another_search_found_once(tmp_path):
+    """``--same-search`` with a new budget: each kernel found with the old one is tuned again, and a run with the
+    same settings after it searches nothing (resumable, unlike ``--force``); without it the old records stand."""
+    assert tuner(tmp_path, SeedSearch(), settings=SearchSettings(budget_seconds=25)).run().status == "done"
+    kept = SeedSearch()
+    assert tuner(tmp_path, kept, settings=SearchSettings(budget_seconds=60)).run().status == "done"
+    assert kept.seen == []
+    redo = SeedSearch()
+    t = tuner(tmp_path, redo, settings=SearchSettings(budget_seconds=60), same_search=True)
+    assert t.run().status == "done" and redo.seen == ["layer_norm_fwd_kernel", "layer_norm_bwd_kernel"]
+    assert any("plan bwd:" in line and "stale (search changed)" in line for line in logged(t))
+    assert all(r["search"]["budget_seconds"] == 60 for r in records(t).values())
+    again = SeedSearch()
+    assert tuner(tmp_path, again, settings=SearchSettings(budget_seconds=60), same_search=True).run().status == "done"
+    assert again.seen == []
 
 
 def test_a_first_search_on_a_gpu_starts_from_the_best_found_on_another_of_its_architecture(tmp_path, monkeypatch):
