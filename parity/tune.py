@@ -808,22 +808,24 @@ def broadcast_uniform(config: Mapping[str, Any]) -> dict[str, Any]:
     with constexpr branches (the gated norm's bias, z, norm_before_gate) has more loads and stores in some
     builds than in the one tuned: Helion rejects a per-operation list shorter than the build's operations
     ("Load/Store operation 8 exceeds indexing config length 8", H200 run 21), a single value it broadcasts."""
-    out = dict(config)
-    for name in PER_OPERATION_FIELDS:
-        value = out.get(name)
-        if isinstance(value, list) and value and all(v == value[0] for v in value) and isinstance(value[0], str):
-            out[name] = value[0]
-    return out
+    return _as_one_value(config, uniform_only=True)
 
 
 def most_common_form(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` with each per-operation list written as its most common entry (the first of equals): a form
     every build of the kernel loads, whatever its count of loads and stores."""
+    return _as_one_value(config, uniform_only=False)
+
+
+def _as_one_value(config: Mapping[str, Any], *, uniform_only: bool) -> dict[str, Any]:
+    """``config`` with each per-operation list of strings (all of them equal, with ``uniform_only``) written as its
+    most common entry."""
     out = dict(config)
     for name in PER_OPERATION_FIELDS:
         value = out.get(name)
         if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-            out[name] = Counter(value).most_common(1)[0][0]
+            if not uniform_only or len(set(value)) == 1:
+                out[name] = Counter(value).most_common(1)[0][0]
     return out
 
 
