@@ -108,6 +108,9 @@ class SearchSettings:
     precompile: str | None = "fork"
     precompile_jobs: int | None = None
     random_seed: int = 0
+    benchmark_subprocess: bool = False
+    """Benchmark each candidate in Helion's worker process (a config that breaks the CUDA context costs the worker,
+    not the search): set for a kernel whose in-process search lost the context (:meth:`Tuner.settings_for`)."""
 
     def helion(self) -> dict[str, Any]:
         """As ``helion.Settings`` fields (no progress bar: a log file gets Helion's log lines instead). A config
@@ -120,10 +123,11 @@ class SearchSettings:
         each of the four that do measured all of its 3-20 seeds in 3-11 s and went on to a generation; on the
         H200 (run 26) the former's seeds took 14-21 s (chunk_cumsum: 3 seeds, 14 s). The worker's start is the
         likely cost (Helion's own timeout setting allows for its cold start); the kernels' autotune logs
-        (``autotune_log``) will tell. A config that breaks the CUDA context ends the run, which resumes."""
+        (``autotune_log``) will tell. A config that breaks the CUDA context ends the run; the run that resumes
+        searches that kernel with :attr:`benchmark_subprocess` (H200 run 31: chunk_scan, a misaligned address)."""
         return {
             "autotune_ignore_errors": True,
-            "autotune_benchmark_subprocess": False,
+            "autotune_benchmark_subprocess": self.benchmark_subprocess,
             "autotune_effort": self.effort,
             "autotune_budget_seconds": self.budget_seconds,
             "autotune_precompile": self.precompile,
@@ -461,9 +465,19 @@ class Tuner:
             return None, "not tuned"
         expected = self._expected(launch)
         if self.same_search:
-            expected["search"] = dataclasses.asdict(self.settings)
+            expected["search"] = dataclasses.asdict(self.settings_for(launch.name))
         changed = [k for k, v in expected.items() if record.get(k) != v]
         return (record, "") if not changed else (None, f"stale ({', '.join(changed)} changed)")
+
+    def _lost_marker(self, name: str) -> Path:
+        return self.folder / "kernels" / f"{name}.context-lost.json"
+
+    def settings_for(self, name: str) -> SearchSettings:
+        """The search settings of kernel ``name``: :attr:`settings`, benchmarked in Helion's worker process once a
+        search of it in this process lost the CUDA context (its marker, ``kernels/<name>.context-lost.json``)."""
+        if self._lost_marker(name).is_file():
+            return dataclasses.replace(self.settings, benchmark_subprocess=True)
+        return self.settings
 
     def _earlier_bests(self, name: str) -> list[tuple[str | None, dict[str, Any]]]:
         """(where, config) of the best configs found for kernel ``name`` of this op, problem and dtype before, stale
@@ -513,6 +527,8 @@ class Tuner:
                 state = f"{record['status']} before, skipped (--force redoes it)"
             else:
                 state = "forced" if record is not None else why
+                if self.settings_for(name).benchmark_subprocess:
+                    state += ", benchmarked in a worker process (a search here lost the CUDA context)"
                 earlier: list[dict[str, Any]] = []  # earlier bests start this search, in their order
                 for where, config in self._earlier_bests(name):
                     if config not in seeds[name] and config not in earlier:
@@ -584,6 +600,7 @@ class Tuner:
         import helion
 
         started = time.monotonic()
+        search = self.settings_for(launch.name)
         settings = launch.kernel.settings.copy(static_shapes=True)
         plain = helion.kernel(launch.kernel.fn, settings=settings).bind(launch.args)
         fields = {k: v for k, v in dict(launch.config or {}).items() if k != lookup.STATIC_SHAPES}
@@ -607,18 +624,24 @@ class Tuner:
                 # every config Helion measures (generation, status, compile s, ms, when), appended per search: what
                 # a search spent its budget on (kernels/<name>.autotune.csv and .log beside the record)
                 autotune_log=str(self.folder / "kernels" / f"{launch.name}.autotune"),
-                **self.settings.helion(),
+                **search.helion(),
             ),
         )
         record: dict[str, Any] = {
             **self._expected(launch),
             "baseline_config": dict(default),
             "seeds": valid,
-            "search": dataclasses.asdict(self.settings),
+            "search": dataclasses.asdict(search),
             "device": lookup.device_key(self.device),
         }
         try:
-            best = dict(self.search(tuning, launch.args))
+            try:
+                best = dict(self.search(tuning, launch.args))
+            except Exception as exc:
+                lost = _context_lost(self.device)
+                if lost is not None and not search.benchmark_subprocess:  # the resumed run isolates this search
+                    _write(self._lost_marker(launch.name), {"error": f"{type(exc).__name__}: {lost}"[:1000]})
+                raise
             expected, written = baseline(*snapshot(launch.args)), _after(baseline, launch.args)
 
             def verify(got: Any, args: tuple[Any, ...]) -> None:
@@ -865,14 +888,22 @@ def _as_tuned(config: Mapping[str, Any]) -> dict[str, Any]:
     return {**out, lookup.STATIC_SHAPES: True}
 
 
-def _device_alive(device: str, error: Exception) -> None:
-    """Raise (nothing recorded) when ``error`` left the CUDA context unusable, e.g. an illegal memory access:
-    every later kernel of this process would fail too and be recorded as failed. A fresh process resumes."""
+def _context_lost(device: str) -> RuntimeError | None:
+    """The error that left the CUDA context of ``device`` unusable (e.g. an illegal memory access), or None."""
     if device != "cuda":
-        return
+        return None
     try:
         torch.cuda.synchronize()
     except RuntimeError as lost:
+        return lost
+    return None
+
+
+def _device_alive(device: str, error: Exception) -> None:
+    """Raise (nothing recorded) when ``error`` left the CUDA context unusable: every later kernel of this process
+    would fail too and be recorded as failed. A fresh process resumes."""
+    lost = _context_lost(device)
+    if lost is not None:
         raise ParityError(
             f"the CUDA context is lost ({lost}) after {type(error).__name__}: re-run to resume"
         ) from error

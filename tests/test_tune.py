@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from kernels import bmm_chunk, chunk_cumsum, chunk_scan, chunk_state, ssd_combined, ssd_combined_bwd, state_passing
 from kernels import layernorm_gated as ln
 from kernels.launch import launch
-from parity import cli, lookup, registry, tolerances
+from parity import cli, lookup, registry, tolerances, tune
 from parity.errors import ParityError
 from parity.runner import execute, make_inputs, upstream_grads
 from parity.spec import Impl, OpSpec
@@ -82,18 +82,20 @@ class SeedSearch:
     a search that lost its way). ``seen``: the kernels searched; ``rejected``: the seeds the check refused;
     ``before(kernel)`` runs first (assertions about that moment)."""
 
-    def __init__(self, before: Any = None, lost: bool = False):
+    def __init__(self, before: Any = None, lost: bool = False, isolated: tuple[str, ...] = ()):
         self.seen: list[str] = []
         self.rejected: list[dict[str, Any]] = []
         self.before = before
         self.lost = lost
+        self.isolated = isolated
 
     def __call__(self, kernel: Any, args: tuple[Any, ...]) -> dict[str, Any]:
         settings = kernel.settings
         assert settings.static_shapes, "tuned as training runs it: the static-shape build"
         assert settings.autotune_effort == "quick" and settings.autotune_random_seed == 0
         assert settings.autotune_ignore_errors, "a config Triton cannot compile is skipped, not the search ended"
-        assert not settings.autotune_benchmark_subprocess, "benchmarked here: a worker's start took the budget"
+        # benchmarked here (a worker's start took the budget), but where a search here lost the CUDA context
+        assert settings.autotune_benchmark_subprocess == (kernel.fn.__name__ in self.isolated)
         assert settings.autotune_config_overrides == {"static_ranges": []}, "build-dependent fields held neutral"
         log = Path(settings.autotune_log)
         assert log.parent.name == "kernels" and log.suffix == ".autotune", "what the search measured is kept"
@@ -401,6 +403,34 @@ def test_same_search_re_tunes_what_another_search_found_once(tmp_path):
     again = SeedSearch()
     assert tuner(tmp_path, again, settings=SearchSettings(budget_seconds=60), same_search=True).run().status == "done"
     assert again.seen == []
+
+
+def test_a_search_that_loses_the_cuda_context_resumes_in_a_worker_process(tmp_path, monkeypatch):
+    """H200 run 31: a candidate of chunk_scan's in-process search hit a misaligned address, which ends the run. The
+    resumed run searches that kernel alone with Helion's worker-process benchmarks (the candidate then costs the
+    worker), the others as before, and ``--same-search`` holds its record current with those settings."""
+    lost: list[RuntimeError] = []
+    monkeypatch.setattr(tune, "_context_lost", lambda device: lost[0] if lost else None)
+
+    def crash(kernel: Any) -> None:
+        if kernel.fn.__name__ == "layer_norm_bwd_kernel":
+            lost.append(RuntimeError("CUDA error: misaligned address"))
+            raise RuntimeError("TritonUnrecoverableRuntimeError")
+
+    t = tuner(tmp_path, SeedSearch(before=crash), same_search=True)
+    with pytest.raises(ParityError, match=r"CUDA context is lost.*re-run to resume"):
+        t.run()
+    assert "misaligned address" in json.loads((t.folder / "kernels" / "bwd.context-lost.json").read_text())["error"]
+    lost.clear()
+    resumed = SeedSearch(isolated=("layer_norm_bwd_kernel",))
+    t = tuner(tmp_path, resumed, same_search=True)
+    assert t.run().status == "done" and resumed.seen == ["layer_norm_bwd_kernel"]
+    assert any("plan bwd:" in line and "worker process" in line for line in logged(t))
+    assert (
+        records(t)["bwd"]["search"]["benchmark_subprocess"] and not records(t)["fwd"]["search"]["benchmark_subprocess"]
+    )
+    again = SeedSearch()
+    assert tuner(tmp_path, again, same_search=True).run().status == "done" and again.seen == []
 
 
 def test_a_first_search_on_a_gpu_starts_from_the_best_found_on_another_of_its_architecture(tmp_path, monkeypatch):
