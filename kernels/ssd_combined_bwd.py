@@ -37,7 +37,6 @@ import helion
 import helion.language as hl
 import torch
 import torch.nn.functional as F
-import triton
 
 from kernels.launch import ConfigLike, launch
 from kernels.precision import acc_dtype, fp64_dot
@@ -89,14 +88,13 @@ def state_passing_bwd_kernel(
     dfinal_states: torch.Tensor | None,
     dA_chunk_cumsum: torch.Tensor,
     seq_idx: torch.Tensor | None,
-    ddA_rev: torch.Tensor,
     chunk_size: int,
     chunk_block: hl.constexpr,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dS (batch, nchunks, nheads, dim), dinitial (batch, nheads, dim)), both in dstates' dtype, from dstates = dH and
-    the forward's states entering each chunk (same dtype). Adds the gradient of chunk c's decay, f_c exp(a_last) dS_c .
-    H_c, into ddA_rev[b, h, nchunks - 1 - c] (fp64, zeroed, nchunks rounded up to chunk_block long; flipped by the
-    caller).
+    the forward's states entering each chunk (same dtype), and the gradient of chunk c's decay, f_c exp(a_last) dS_c .
+    H_c, per dim block: ddA_rev[b, h, nchunks - 1 - c, block] (fp64; the caller sums the blocks in a fixed order
+    and flips it: no atomics).
 
     One program per (batch, head, dim block); scan element k is chunk c = nchunks - 1 - k, scanned ``chunk_block``
     (:func:`kernels.state_passing.scan_block`) elements at a time as the forward scan, the gradient carried between
@@ -107,7 +105,10 @@ def state_passing_bwd_kernel(
     batch, nchunks, nheads, dim = dstates.shape
     dS = torch.empty([batch, nchunks, nheads, dim], dtype=dstates.dtype, device=dstates.device)
     dinitial = torch.empty([batch, nheads, dim], dtype=dstates.dtype, device=dstates.device)
-    for tile_b, tile_h, tile_d in hl.tile([batch, nheads, dim], block_size=[1, 1, None]):
+    dim_block = hl.register_block_size(dim)
+    blocks = (dim + dim_block - 1) // dim_block
+    ddA_rev = torch.empty([batch, nheads, nchunks, blocks], dtype=torch.float64, device=dstates.device)
+    for tile_b, tile_h, tile_d in hl.tile([batch, nheads, dim], block_size=[1, 1, dim_block]):
         if dfinal_states is not None:
             carry = dfinal_states[tile_b.begin, tile_h.begin, tile_d].to(dstates.dtype)
         else:
@@ -139,14 +140,14 @@ def state_passing_bwd_kernel(
             hl.store(dS, [tile_b.begin, chunk, tile_h.begin, tile_d], grad, extra_mask=real[:, None])
             entering = hl.load(states, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None])
             dot = torch.sum(grad * entering, dim=1) * decay.to(grad.dtype)
-            hl.atomic_add(ddA_rev, [tile_b.begin, tile_h.begin, k], dot.to(torch.float64))
+            hl.store(ddA_rev, [tile_b.begin, tile_h.begin, k, tile_d.id], dot.to(torch.float64), extra_mask=real)
             # dinitial = G_0 = f_0 exp(a_last_0) dS_0 + dH_0, in the block that holds chunk 0.
             is_first = (k == nchunks - 1)[:, None]
             first = hl.load(dstates, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=is_first)
             initial = initial + torch.sum(torch.where(is_first, decay[:, None] * grad + first, 0.0), dim=0)
             carry = block_last(grad, k, nchunks, tile_k.begin, chunk_block)
         dinitial[tile_b.begin, tile_h.begin, tile_d] = initial
-    return dS, dinitial
+    return dS, dinitial, ddA_rev
 
 
 @helion.kernel(**_DOT)
@@ -480,9 +481,7 @@ def ssd_combined_bwd(
 
     dH = launch(dstates_kernel, (dy, C, dA_cumsum, seq_idx), configs.get("bwd_dstates"))
     chunk_block = scan_block(nchunks)  # as the forward scan
-    padded = triton.cdiv(nchunks, chunk_block) * chunk_block
-    ddA_rev = torch.zeros(batch, nheads, padded, dtype=torch.float64, device=x.device)
-    dS, dinitial = launch(
+    dS, dinitial, ddA_rev = launch(
         state_passing_bwd_kernel,
         (
             dH.reshape(batch, nchunks, nheads, headdim * dstate),
@@ -490,7 +489,6 @@ def ssd_combined_bwd(
             None if dfinal_states is None else dfinal_states.reshape(batch, nheads, headdim * dstate),
             dA_cumsum[:, :, :, -1].contiguous(),
             seq_idx,
-            ddA_rev,
             chunk_size,
             chunk_block,
         ),
@@ -514,7 +512,7 @@ def ssd_combined_bwd(
     # The gradient of each decay step dA_k = dt_k A, every term summed from its own parts: a_l for l >= k (the C
     # path and the chunk decay at a_last), and the prefix through s = k - 1 (the intra-chunk term, and the
     # chunk-state path's exp(a_last - a_s) for s < k).
-    ddA[:, :, :, -1] += ddA_rev[:, :, :nchunks].flip(-1)
+    ddA[:, :, :, -1] += ddA_rev.sum(-1).flip(-1)
     ddA = ddA.flip(-1).cumsum(-1).flip(-1)
     ddA[:, :, :, 1:] += (ddA_next + ddA_state.cumsum(-1))[:, :, :, :-1]
     A = saved["A"]

@@ -246,7 +246,6 @@ def _ssd_bwd_args(case: Case) -> dict[str, tuple[Any, ...]]:
             torch.randn(batch, nheads, headdim * dstate) if case.options else None,
             dA[..., -1].contiguous(),
             seq_idx,
-            torch.zeros(batch, nheads, block),
             chunk_size,
             block,
         ),
