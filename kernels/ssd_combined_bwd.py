@@ -166,7 +166,8 @@ def dx_kernel(
     dD: torch.Tensor,
 ) -> torch.Tensor:
     """dx (x.dtype, like x); adds x_s . bracket into ddt (batch, nheads, nchunks, chunk_size), the chunk-state
-    path's V_s = dt_s x_s . (first term) into ddA_state (same shape) and dy . x into dD (nheads, headdim), all
+    path's V_s = dt_s x_s . (first term) into ddA_state (same shape) and dy . x into dD (batch, nchunks, nheads,
+    headdim: per chunk, so only a chunk's row blocks add into one entry; the caller sums the chunks), all
     fp64, zeroed. One program per (batch, chunk, head, row block s, headdim block), looping over dstate (the
     chunk-state path) and over the rows l >= s (the intra-chunk path)."""
     batch, seqlen, nheads, headdim = x.shape
@@ -226,7 +227,9 @@ def dx_kernel(
                 grad = grad + dy_s * D[tile_h.begin, tile_p].to(wide)[None, :]
             else:
                 grad = grad + dy_s * D[tile_h.begin].to(wide)
-            hl.atomic_add(dD, [tile_h.begin, tile_p], torch.sum(dy_s * xs, dim=0).to(torch.float64))
+            hl.atomic_add(
+                dD, [tile_b.begin, tile_c.begin, tile_h.begin, tile_p], torch.sum(dy_s * xs, dim=0).to(torch.float64)
+            )
         hl.store(dx, [tile_b.begin, pos_s, tile_h.begin, tile_p], grad.to(dx.dtype), extra_mask=valid_s[:, None])
     return dx
 
@@ -498,7 +501,7 @@ def ssd_combined_bwd(
     dS = dS.reshape(batch, nchunks, nheads, headdim, dstate)
     ddt = torch.zeros_like(dt_out, dtype=torch.float64)
     ddA_state = torch.zeros_like(dt_out, dtype=torch.float64)
-    dD = torch.zeros(nheads, headdim, dtype=torch.float64, device=x.device)
+    dD = torch.zeros(batch, nchunks, nheads, headdim, dtype=torch.float64, device=x.device)
     grads["x"] = launch(
         dx_kernel, (x, dy, dt_out, dA_cumsum, B, fwd["cb"], dS, D, seq_idx, ddt, ddA_state, dD), configs.get("bwd_dx")
     )
@@ -520,6 +523,7 @@ def ssd_combined_bwd(
     grads["A"] = (ddA * dt_out).sum((0, 2, 3)).to(A.dtype)
     grads.update(_dt_grads(ddt, saved, seqlen))
     if D is not None:
+        dD = dD.sum((0, 1))
         grads["D"] = (dD if D.dim() == 2 else dD.sum(-1)).to(D.dtype)
     init = saved["initial_states"]
     if init is not None:

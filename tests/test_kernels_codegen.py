@@ -261,7 +261,7 @@ def _ssd_bwd_args(case: Case) -> dict[str, tuple[Any, ...]]:
             seq_idx,
             torch.zeros_like(dt),
             torch.zeros_like(dt),
-            torch.zeros(nheads, headdim),
+            torch.zeros(batch, nchunks, nheads, headdim),
         ),
         "bwd_dcb": (x, x, dt, dA, cb, seq_idx, torch.zeros_like(dA)),
         "bwd_dc": (x, states, dA, C, B, cb, seq_idx, torch.zeros_like(dA)),
