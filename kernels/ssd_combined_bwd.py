@@ -81,6 +81,77 @@ def dstates_kernel(
     return dstates
 
 
+@helion.kernel(**_DOT)
+def states_bwd_kernel(
+    dy: torch.Tensor,
+    C: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    states: torch.Tensor,
+    dfinal_states: torch.Tensor | None,
+    seq_idx: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dstates_kernel and state_passing_bwd_kernel in one pass, dH_c never written: (dS (batch, nchunks, nheads,
+    headdim, dstate), dinitial (batch, nheads, headdim, dstate), both in the accumulation dtype, and the gradient of
+    each chunk's decay f_c exp(a_last) dS_c . H_c per (headdim, dstate) block: (batch, nheads, nchunks, blocks), fp64,
+    summed by the caller in a fixed order). ``states``: the forward's states entering each chunk (batch, nchunks,
+    nheads, headdim, dstate).
+
+    One program per (batch, head, headdim block, dstate block) walks the chunks from the last to the first, carrying
+    G_{c+1} (dfinal for the last chunk): dS_c = G_{c+1}, then dH_c = sum_l exp(a_l) m_l dy_l^T C_l over the chunk's
+    rows and G_c = f_c exp(a_last) G_{c+1} + dH_c; dinitial = G_0."""
+    batch, seqlen, nheads, headdim = dy.shape
+    ngroups, dstate = C.shape[2], C.shape[3]
+    nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
+    heads_per_group = nheads // ngroups
+    wide = acc_dtype(dy.dtype)
+    dS = torch.empty([batch, nchunks, nheads, headdim, dstate], dtype=wide, device=dy.device)
+    dinitial = torch.empty([batch, nheads, headdim, dstate], dtype=wide, device=dy.device)
+    block_p = hl.register_block_size(headdim)
+    block_n = hl.register_block_size(dstate)
+    blocks_n = (dstate + block_n - 1) // block_n
+    blocks = (headdim + block_p - 1) // block_p * blocks_n
+    ddA_last = torch.empty([batch, nheads, nchunks, blocks], dtype=torch.float64, device=dy.device)
+    for tile_b, tile_h, tile_p, tile_n in hl.tile(
+        [batch, nheads, headdim, dstate], block_size=[1, 1, block_p, block_n]
+    ):
+        group = tile_h.begin // heads_per_group
+        block = tile_p.id * blocks_n + tile_n.id
+        if dfinal_states is not None:
+            carry = dfinal_states[tile_b.begin, tile_h.begin, tile_p, tile_n].to(wide)
+        else:
+            carry = hl.zeros([tile_p, tile_n], dtype=wide)
+        for tile_k in hl.tile(nchunks, block_size=1):
+            chunk = nchunks - 1 - tile_k.begin
+            along = nchunks - 1 - tile_k.index  # the same chunk as a vector of one, for the per-chunk scalars
+            start = chunk * chunk_size
+            dS[tile_b.begin, chunk, tile_h.begin, tile_p, tile_n] = carry
+            decay = torch.exp(dA_cumsum[tile_b.begin, tile_h.begin, along, chunk_size - 1])
+            if seq_idx is not None:
+                seq_end, seq_before = chunk_end_sequences(seq_idx, tile_b.begin, along, chunk_size, along >= 0)
+                decay = torch.where(seq_end == seq_before, decay, 0.0)
+            entering = states[tile_b.begin, chunk, tile_h.begin, tile_p, tile_n].to(wide)
+            dot = torch.sum(torch.sum(carry * entering, dim=1), dim=0)
+            hl.store(ddA_last, [tile_b.begin, tile_h.begin, along, block], (dot * decay).to(torch.float64))
+            acc = hl.zeros([tile_p, tile_n], dtype=wide)
+            for tile_l in hl.tile(chunk_size):
+                pos = start + tile_l.index
+                valid = pos < seqlen
+                dys = hl.load(dy, [tile_b.begin, pos, tile_h.begin, tile_p], extra_mask=valid[:, None])
+                cs = hl.load(C, [tile_b.begin, pos, group, tile_n], extra_mask=valid[:, None]).to(wide)
+                scale = torch.exp(dA_cumsum[tile_b.begin, tile_h.begin, chunk, tile_l])
+                if seq_idx is not None:
+                    seq_l = hl.load(seq_idx, [tile_b.begin, pos], extra_mask=valid)
+                    prev_pos = pos - tile_l.index - 1  # the previous chunk's last position, broadcast
+                    seq_prev = hl.load(seq_idx, [tile_b.begin, prev_pos], extra_mask=prev_pos >= 0)
+                    scale = torch.where(seq_l == seq_prev, scale, 0.0)
+                scale = torch.where(valid, scale, 0.0)
+                lhs, rhs = dys.T, (cs * scale[:, None]).to(dys.dtype)
+                acc = fp64_dot(lhs, rhs, acc) if wide == torch.float64 else hl.dot(lhs, rhs, acc=acc)
+            carry = acc + torch.sum(decay) * carry  # the chunk's one decay, as a scalar
+        dinitial[tile_b.begin, tile_h.begin, tile_p, tile_n] = carry
+    return dS, dinitial, ddA_last
+
+
 @helion.kernel(static_shapes=False)
 def state_passing_bwd_kernel(
     dstates: torch.Tensor,
