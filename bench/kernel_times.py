@@ -44,8 +44,7 @@ COUNTERPARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "bmm_chunk": (("_helion_bmm_chunk_kernel",), ("_bmm_chunk_fwd_kernel",)),
     "chunk_scan": (("_helion_chunk_scan_kernel",), ("_chunk_scan_fwd_kernel",)),
     "norm_fwd": (("_helion_layer_norm_fwd_kernel",), ("_layer_norm_fwd_1pass_kernel",)),
-    "bwd_dstates": (("_helion_dstates_kernel",), ("_chunk_scan_bwd_dstates_kernel",)),
-    "bwd_state_passing": (("_helion_state_passing_bwd_kernel",), ("_state_passing_bwd_kernel",)),
+    "bwd_states": (("_helion_states_bwd_kernel",), ("_chunk_scan_bwd_dstates_kernel", "_state_passing_bwd_kernel")),
     "bwd_dx": (("_helion_dx_kernel",), ("_chunk_scan_chunk_state_bwd_dx_kernel",)),
     "bwd_dB_dC_dCB": (
         ("_helion_dcb_kernel", "_helion_dc_kernel", "_helion_db_kernel"),

@@ -1,5 +1,5 @@
 """Helion backward of the Mamba-2 chunked SSD (mamba-ssm's ``_mamba_chunk_scan_combined_bwd``), reorganised
-into six kernels and a little PyTorch glue on (batch, nheads, seqlen)-sized tensors.
+into five kernels and a little PyTorch glue on (batch, nheads, seqlen)-sized tensors.
 
 Notation per (batch b, chunk c, head h; group g of h), positions l, s of the chunk, a = dA_cumsum, dt the
 processed dt, H_c the state entering chunk c, S_c the chunk's own state, dy the gradient of the pre-gate
@@ -11,9 +11,9 @@ from the terms that contain it only: a_l - a_s spans the steps s < k <= l, so no
 difference of two larger sums (a row sum minus a column sum, or a total minus a suffix, loses the small
 result to fp32 rounding once the decay inside a chunk is strong: with dt up to a few units, grad.A and
 grad.dt_bias were 18x and 25x mamba-ssm's error). The kernels, in order:
-  dstates       dH_c = sum_l exp(a_l) m_l dy_l^T C_l                     (grad of y wrt H_c)
-  state_passing reverse scan G_c = f_c exp(a_last) G_{c+1} + dH_c, G_nchunks = dfinal: dS_c = G_{c+1},
-                dinitial = G_0; a_last's gradient from the chunk decay, f_c exp(a_last) dS_c . H_c
+  states        reverse over the chunks, G_nchunks = dfinal: dS_c = G_{c+1}, a_last's gradient from the chunk
+                decay f_c exp(a_last) dS_c . H_c, dH_c = sum_l exp(a_l) m_l dy_l^T C_l (grad of y wrt H_c),
+                G_c = f_c exp(a_last) G_{c+1} + dH_c; dinitial = G_0
   dx            dx_s = dt_s (exp(a_last - a_s) B_s dS_c + sum_{l >= s} CB[l, s] exp(a_l - a_s) dy_l) + D dy_s,
                 ddt_s = x_s . (that bracket), dD, and the chunk-state path's V_s = dt_s x_s . (first term),
                 which reaches every step k > s
@@ -40,45 +40,9 @@ import torch.nn.functional as F
 
 from kernels.launch import ConfigLike, launch
 from kernels.precision import acc_dtype, fp64_dot
-from kernels.state_passing import affine_combine, block_last, carried_in, chunk_end_sequences, scan_block
+from kernels.state_passing import chunk_end_sequences
 
 _DOT = {"static_shapes": False, "dot_precision": "ieee"}
-
-
-@helion.kernel(**_DOT)
-def dstates_kernel(
-    dy: torch.Tensor, C: torch.Tensor, dA_cumsum: torch.Tensor, seq_idx: torch.Tensor | None
-) -> torch.Tensor:
-    """dH (batch, nchunks, nheads, headdim, dstate), accumulation dtype: the gradient of y wrt the state entering each
-    chunk. One program per (batch, chunk, head, headdim block, dstate block), looping over the chunk's rows."""
-    batch, seqlen, nheads, headdim = dy.shape
-    ngroups, dstate = C.shape[2], C.shape[3]
-    nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
-    heads_per_group = nheads // ngroups
-    wide = acc_dtype(dy.dtype)
-    dstates = torch.empty([batch, nchunks, nheads, headdim, dstate], dtype=wide, device=dy.device)
-    for tile_b, tile_c, tile_h, tile_p, tile_n in hl.tile(
-        [batch, nchunks, nheads, headdim, dstate], block_size=[1, 1, 1, None, None]
-    ):
-        group = tile_h.begin // heads_per_group
-        start = tile_c.begin * chunk_size
-        acc = hl.zeros([tile_p, tile_n], dtype=wide)
-        for tile_l in hl.tile(chunk_size):
-            pos = start + tile_l.index
-            valid = pos < seqlen
-            dys = hl.load(dy, [tile_b.begin, pos, tile_h.begin, tile_p], extra_mask=valid[:, None])
-            cs = hl.load(C, [tile_b.begin, pos, group, tile_n], extra_mask=valid[:, None]).to(wide)
-            scale = torch.exp(dA_cumsum[tile_b.begin, tile_h.begin, tile_c.begin, tile_l])
-            if seq_idx is not None:
-                seq_l = hl.load(seq_idx, [tile_b.begin, pos], extra_mask=valid)
-                prev_pos = pos - tile_l.index - 1  # the previous chunk's last position, broadcast
-                seq_prev = hl.load(seq_idx, [tile_b.begin, prev_pos], extra_mask=prev_pos >= 0)
-                scale = torch.where(seq_l == seq_prev, scale, 0.0)
-            scale = torch.where(valid, scale, 0.0)
-            lhs, rhs = dys.T, (cs * scale[:, None]).to(dys.dtype)
-            acc = fp64_dot(lhs, rhs, acc) if wide == torch.float64 else hl.dot(lhs, rhs, acc=acc)
-        dstates[tile_b.begin, tile_c.begin, tile_h.begin, tile_p, tile_n] = acc
-    return dstates
 
 
 @helion.kernel(**_DOT)
@@ -90,7 +54,7 @@ def states_bwd_kernel(
     dfinal_states: torch.Tensor | None,
     seq_idx: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dstates_kernel and state_passing_bwd_kernel in one pass, dH_c never written: (dS (batch, nchunks, nheads,
+    """The state gradients in one pass, dH_c never written (mamba-ssm takes two kernels): (dS (batch, nchunks, nheads,
     headdim, dstate), dinitial (batch, nheads, headdim, dstate), both in the accumulation dtype, and the gradient of
     each chunk's decay f_c exp(a_last) dS_c . H_c per (headdim, dstate) block: (batch, nheads, nchunks, blocks), fp64,
     summed by the caller in a fixed order). ``states``: the forward's states entering each chunk (batch, nchunks,
@@ -150,75 +114,6 @@ def states_bwd_kernel(
             carry = acc + torch.sum(decay) * carry  # the chunk's one decay, as a scalar
         dinitial[tile_b.begin, tile_h.begin, tile_p, tile_n] = carry
     return dS, dinitial, ddA_last
-
-
-@helion.kernel(static_shapes=False)
-def state_passing_bwd_kernel(
-    dstates: torch.Tensor,
-    states: torch.Tensor,
-    dfinal_states: torch.Tensor | None,
-    dA_chunk_cumsum: torch.Tensor,
-    seq_idx: torch.Tensor | None,
-    chunk_size: int,
-    chunk_block: hl.constexpr,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dS (batch, nchunks, nheads, dim), dinitial (batch, nheads, dim)), both in dstates' dtype, from dstates = dH and
-    the forward's states entering each chunk (same dtype), and the gradient of chunk c's decay, f_c exp(a_last) dS_c .
-    H_c, per dim block: ddA_rev[b, h, nchunks - 1 - c, block] (fp64; the caller sums the blocks in a fixed order
-    and flips it: no atomics).
-
-    One program per (batch, head, dim block); scan element k is chunk c = nchunks - 1 - k, scanned ``chunk_block``
-    (:func:`kernels.state_passing.scan_block`) elements at a time as the forward scan, the gradient carried between
-    blocks, padded elements (0, 0) after the real ones. The scan runs over the next chunk's (decay, dH), so that
-    element k is dS_c = G_{c+1} itself (the identity for the last chunk, then dfinal): the decay gradient takes it
-    directly (no G_c - dH_c difference, which loses dS_c when exp(a_last) is small) and sums its dim-long dot
-    product per dim block in dstates' dtype, across the blocks in fp64."""
-    batch, nchunks, nheads, dim = dstates.shape
-    dS = torch.empty([batch, nchunks, nheads, dim], dtype=dstates.dtype, device=dstates.device)
-    dinitial = torch.empty([batch, nheads, dim], dtype=dstates.dtype, device=dstates.device)
-    dim_block = hl.register_block_size(dim)
-    blocks = (dim + dim_block - 1) // dim_block
-    ddA_rev = torch.empty([batch, nheads, nchunks, blocks], dtype=torch.float64, device=dstates.device)
-    for tile_b, tile_h, tile_d in hl.tile([batch, nheads, dim], block_size=[1, 1, dim_block]):
-        if dfinal_states is not None:
-            carry = dfinal_states[tile_b.begin, tile_h.begin, tile_d].to(dstates.dtype)
-        else:
-            carry = hl.zeros([tile_d], dtype=dstates.dtype)
-        initial = hl.zeros([tile_d], dtype=dstates.dtype)
-        for tile_k in hl.tile(nchunks, block_size=chunk_block):
-            k = tile_k.index
-            real = k < nchunks
-            chunk = nchunks - 1 - k
-            nxt = real & (k > 0)  # chunk c + 1 exists
-            update = hl.load(dstates, [tile_b.begin, chunk + 1, tile_h.begin, tile_d], extra_mask=nxt[:, None])
-            a_last = hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk], extra_mask=real)
-            a_next = hl.load(dA_chunk_cumsum, [tile_b.begin, tile_h.begin, chunk + 1], extra_mask=nxt)
-            decay = torch.exp(a_last)
-            decay_next = torch.where(nxt, torch.exp(a_next), torch.where(real, 1.0, 0.0))
-            if seq_idx is not None:
-                seq_end, seq_before = chunk_end_sequences(seq_idx, tile_b.begin, chunk, chunk_size, real)
-                seqlen = seq_idx.size(1)
-                seq_end_next = hl.load(
-                    seq_idx, [tile_b.begin, torch.clamp((chunk + 2) * chunk_size, max=seqlen) - 1], extra_mask=nxt
-                )
-                decay = torch.where(seq_end == seq_before, decay, 0.0)
-                decay_next = torch.where(nxt & (seq_end_next != seq_end), 0.0, decay_next)
-            update = carried_in(update, decay_next, carry[None, :], k, tile_k.begin)
-            _, grad = hl.associative_scan(
-                affine_combine, (decay_next[:, None] + torch.zeros_like(update), update), dim=0
-            )
-            # grad[k] = dS_c = G_{c+1}, the gradient of S_c (for the last chunk, dfinal).
-            hl.store(dS, [tile_b.begin, chunk, tile_h.begin, tile_d], grad, extra_mask=real[:, None])
-            entering = hl.load(states, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None])
-            dot = torch.sum(grad * entering, dim=1) * decay.to(grad.dtype)
-            hl.store(ddA_rev, [tile_b.begin, tile_h.begin, k, tile_d.id], dot.to(torch.float64), extra_mask=real)
-            # dinitial = G_0 = f_0 exp(a_last_0) dS_0 + dH_0, in the block that holds chunk 0.
-            is_first = (k == nchunks - 1)[:, None]
-            first = hl.load(dstates, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=is_first)
-            initial = initial + torch.sum(torch.where(is_first, decay[:, None] * grad + first, 0.0), dim=0)
-            carry = block_last(grad, k, nchunks, tile_k.begin, chunk_block)
-        dinitial[tile_b.begin, tile_h.begin, tile_d] = initial
-    return dS, dinitial, ddA_rev
 
 
 @helion.kernel(**_DOT)
@@ -490,29 +385,27 @@ def db_kernel(
     return dB
 
 
-KERNELS = ("bwd_dstates", "bwd_state_passing", "bwd_dx", "bwd_dcb", "bwd_dc", "bwd_db")
+KERNELS = ("bwd_states", "bwd_dx", "bwd_dcb", "bwd_dc", "bwd_db")
 """The backward's keys in the combined op's config (one Helion config each; missing means the default)."""
 
 CONFIGS: list[dict[str, Any]] = [
     {
-        "bwd_dstates": {"block_sizes": [16, 16, 16], "num_warps": 4},
-        "bwd_state_passing": {"block_sizes": [64], "num_warps": 1},
+        "bwd_states": {"block_sizes": [16, 16, 16], "num_warps": 4},
         "bwd_dx": {"block_sizes": [16, 16, 16, 16], "num_warps": 4},
         "bwd_dcb": {"block_sizes": [16, 16, 16], "num_warps": 4},
         "bwd_dc": {"block_sizes": [16, 16, 16, 16], "num_warps": 4},
         "bwd_db": {"block_sizes": [16, 16, 16, 16], "num_warps": 4},
     },
     {
-        "bwd_dstates": {"block_sizes": [16, 32, 32], "num_warps": 8},
-        "bwd_state_passing": {"block_sizes": [16], "num_warps": 2},
+        "bwd_states": {"block_sizes": [16, 32, 32], "num_warps": 8},
         "bwd_dx": {"block_sizes": [32, 16, 32, 16], "num_warps": 8},
         "bwd_dcb": {"block_sizes": [32, 16, 16], "num_warps": 8},
         "bwd_dc": {"block_sizes": [32, 16, 16, 16], "num_warps": 8},
         "bwd_db": {"block_sizes": [16, 32, 16, 32], "num_warps": 8},
     },
 ]
-"""Explicit configs for the CPU parity tests (block_sizes follow each kernel's tile order: dstates [headdim,
-dstate, rows]; state_passing [dim]; dx [rows, headdim, dstate, rows l]; dcb [rows, columns, headdim]; dc and
+"""Explicit configs for the CPU parity tests (block_sizes follow each kernel's tile order: states [headdim,
+dstate, rows]; dx [rows, headdim, dstate, rows l]; dcb [rows, columns, headdim]; dc and
 db [rows, dstate, headdim, rows of dCB]). The first has several row blocks per chunk at the CI shapes, the
 second row blocks wider than the column blocks and blocks wider than headdim."""
 
@@ -544,7 +437,7 @@ def ssd_combined_bwd(
     batch, seqlen, nheads, headdim = x.shape
     dstate = B.shape[-1]
     dA_cumsum, dt_out = fwd["dA_cumsum"], fwd["dt_out"]
-    nchunks, chunk_size = dt_out.shape[2:]
+    nchunks = dt_out.shape[2]
     grads: dict[str, torch.Tensor | None] = {}
     wide = acc_dtype(x.dtype)
     if z is not None:
@@ -553,23 +446,18 @@ def ssd_combined_bwd(
         dy = dout.to(x.dtype)
     dy = dy.contiguous()
 
-    dH = launch(dstates_kernel, (dy, C, dA_cumsum, seq_idx), configs.get("bwd_dstates"))
-    chunk_block = scan_block(nchunks)  # as the forward scan
-    dS, dinitial, ddA_rev = launch(
-        state_passing_bwd_kernel,
+    dS, dinitial, ddA_last = launch(
+        states_bwd_kernel,
         (
-            dH.reshape(batch, nchunks, nheads, headdim * dstate),
-            fwd["states"],
-            None if dfinal_states is None else dfinal_states.reshape(batch, nheads, headdim * dstate),
-            dA_cumsum[:, :, :, -1].contiguous(),
+            dy,
+            C,
+            dA_cumsum,
+            fwd["states"].reshape(batch, nchunks, nheads, headdim, dstate),
+            None if dfinal_states is None else dfinal_states.reshape(batch, nheads, headdim, dstate),
             seq_idx,
-            chunk_size,
-            chunk_block,
         ),
-        configs.get("bwd_state_passing"),
+        configs.get("bwd_states"),
     )
-    del dH
-    dS = dS.reshape(batch, nchunks, nheads, headdim, dstate)
     ddt = torch.zeros_like(dt_out, dtype=torch.float64)
     ddA_state = torch.zeros_like(dt_out, dtype=torch.float64)
     dD = torch.zeros(batch, nchunks, nheads, headdim, dtype=torch.float64, device=x.device)
@@ -586,7 +474,7 @@ def ssd_combined_bwd(
     # The gradient of each decay step dA_k = dt_k A, every term summed from its own parts: a_l for l >= k (the C
     # path and the chunk decay at a_last), and the prefix through s = k - 1 (the intra-chunk term, and the
     # chunk-state path's exp(a_last - a_s) for s < k).
-    ddA[:, :, :, -1] += ddA_rev.sum(-1).flip(-1)
+    ddA[:, :, :, -1] += ddA_last.sum(-1)
     ddA = ddA.flip(-1).cumsum(-1).flip(-1)
     ddA[:, :, :, 1:] += (ddA_next + ddA_state.cumsum(-1))[:, :, :, :-1]
     A = saved["A"]

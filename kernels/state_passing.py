@@ -20,7 +20,7 @@ def affine_combine(
     left: tuple[torch.Tensor, torch.Tensor], right: tuple[torch.Tensor, torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Compose two affine maps s -> a*s + b, left first: (a1, b1) o (a2, b2) = (a1*a2, a2*b1 + b2). The combine
-    function of the forward state scan here and of the reverse scan in :mod:`kernels.ssd_combined_bwd`."""
+    function of the forward state scan."""
     a1, b1 = left
     a2, b2 = right
     return a1 * a2, a2 * b1 + b2
@@ -32,7 +32,7 @@ def chunk_end_sequences(
     """(seq_end, seq_before): per chunk, the sequence of its last position and of the previous chunk's last
     position (sequence 0 before the first chunk); ``real`` masks the chunks that exist. A chunk continues the
     previous chunk's sequence only where the two are equal, so the decay into it is zeroed elsewhere. Shared
-    by the forward scan here and the reverse scan in :mod:`kernels.ssd_combined_bwd`."""
+    by the forward scan here and the backward's state kernel in :mod:`kernels.ssd_combined_bwd`."""
     seqlen = seq_idx.size(1)
     seq_end = hl.load(seq_idx, [batch_index, torch.clamp((chunk + 1) * chunk_size, max=seqlen) - 1], extra_mask=real)
     seq_before = hl.load(seq_idx, [batch_index, chunk * chunk_size - 1], extra_mask=real & (chunk > 0))
@@ -63,7 +63,7 @@ padded) Triton asked for 256 KiB, past the H100's 227 KiB (bench/results/h200-ru
 
 
 def scan_block(nchunks: int) -> int:
-    """The chunk block of the scans here and in :mod:`kernels.ssd_combined_bwd`: all chunks at once up to
+    """The chunk block of the forward state scan: all chunks at once up to
     :data:`SCAN_BLOCK` (a power of two, at least 2, so the scan's dimension is never of size 1), else SCAN_BLOCK."""
     return min(SCAN_BLOCK, max(2, triton.next_power_of_2(nchunks)))
 

@@ -228,7 +228,6 @@ def _ssd_bwd_args(case: Case) -> dict[str, tuple[Any, ...]]:
     """The arguments ssd_combined_bwd passes to each backward kernel, for one SSD shape."""
     batch, seqlen, nheads, ngroups, headdim, dstate, chunk_size = case.shape
     nchunks = -(-seqlen // chunk_size)
-    block = max(2, 1 << (nchunks - 1).bit_length())
     x = torch.randn(batch, seqlen, nheads, headdim).to(case.dtype)
     B, C = (torch.randn(batch, seqlen, ngroups, dstate).to(case.dtype) for _ in range(2))
     dt = torch.rand(batch, nheads, nchunks, chunk_size)
@@ -237,17 +236,14 @@ def _ssd_bwd_args(case: Case) -> dict[str, tuple[Any, ...]]:
     states = torch.randn(batch, nchunks, nheads, headdim, dstate)
     seq_idx = _seq_idx(batch, seqlen) if case.options else None
     D = torch.randn(nheads, headdim) if case.options else torch.randn(nheads)
-    flat = (batch, nchunks, nheads, headdim * dstate)
     return {
-        "bwd_dstates": (x, C, dA, seq_idx),
-        "bwd_state_passing": (
-            torch.randn(flat),
-            torch.randn(flat),
-            torch.randn(batch, nheads, headdim * dstate) if case.options else None,
-            dA[..., -1].contiguous(),
+        "bwd_states": (
+            x,
+            C,
+            dA,
+            states,
+            torch.randn(batch, nheads, headdim, dstate) if case.options else None,
             seq_idx,
-            chunk_size,
-            block,
         ),
         "bwd_dx": (
             x,
@@ -360,9 +356,8 @@ ENTRIES = [
         [c["bwd"] for c in layernorm_gated.CONFIGS],
         block_sizes=2,
     ),
-    # The SSD backward. Its reverse scan, like the forward's, holds every chunk in one program.
-    _bwd_entry("bwd_dstates", ssd_combined_bwd.dstates_kernel, dots=1),
-    _bwd_entry("bwd_state_passing", ssd_combined_bwd.state_passing_bwd_kernel, block_sizes=1),
+    # The SSD backward.
+    _bwd_entry("bwd_states", ssd_combined_bwd.states_bwd_kernel, dots=1),
     _bwd_entry("bwd_dx", ssd_combined_bwd.dx_kernel, dots=2),
     _bwd_entry("bwd_dcb", ssd_combined_bwd.dcb_kernel, dots=1),
     _bwd_entry("bwd_dc", ssd_combined_bwd.dc_kernel, dots=2),

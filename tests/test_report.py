@@ -278,13 +278,13 @@ def test_kernel_times_pairs_each_part_with_its_mamba_counterpart_and_the_report_
     assert pairs["bwd_dx"] == {"mamba_us": 60.0, "helion_us": 40.0, "ratio": 1.5}
     assert pairs["bwd_dB_dC_dCB"] == {"mamba_us": 60.0, "helion_us": 80.0, "ratio": 0.75}
     assert pairs["rest"] == {"mamba_us": 12.0, "helion_us": 4.0, "ratio": 3.0}
-    assert "bwd_dstates" not in pairs  # neither backend launched it
+    assert "bwd_states" not in pairs  # neither backend launched it
     kt.print_counterparts("bwd", pairs)
     printed = capsys.readouterr().out
     assert "bwd bwd_dB_dC_dCB: mamba-ssm 60.0 us, Helion 80.0 us, 0.75x (target >= 1.0x: MISSED)" in printed
     assert "bwd bwd_dx: mamba-ssm 60.0 us, Helion 40.0 us, 1.50x (target >= 1.0x: met)" in printed
     only_mamba = kt.counterpart_ratios({"_chunk_scan_bwd_dstates_kernel": row}, {})
-    assert only_mamba["bwd_dstates"]["ratio"] is None
+    assert only_mamba["bwd_states"]["ratio"] is None
 
     backends = {
         name: {"fwd": {}, "bwd": table, "fwd_us": 0.0, "bwd_us": kt.total_us(table)}

@@ -380,7 +380,7 @@ MUTANTS: tuple[Mutant, ...] = (
         config=0,
         note="dB_s = dt_s x_s dS_c (+ the intra-chunk term): the forward and every other gradient are right",
     ),
-    # The reverse state scan takes each chunk's own dH instead of the next chunk's: dS_c = G_c, one chunk late.
+    # The backward's state kernel stores G_c as dS_c instead of G_{c+1}: each chunk's own dH counted, one chunk late.
     Mutant(
         name="ssd_bwd_state_scan_off_by_one",
         failure_class="a reverse scan off by one chunk",
@@ -389,9 +389,11 @@ MUTANTS: tuple[Mutant, ...] = (
         function="mamba_chunk_scan_combined",
         op="ssd_combined",
         patches=(
+            ("            dS[tile_b.begin, chunk, tile_h.begin, tile_p, tile_n] = carry\n", ""),
             (
-                "update = hl.load(dstates, [tile_b.begin, chunk + 1, tile_h.begin, tile_d], extra_mask=nxt[:, None])",
-                "update = hl.load(dstates, [tile_b.begin, chunk, tile_h.begin, tile_d], extra_mask=real[:, None])",
+                "            carry = acc + torch.sum(decay) * carry  # the chunk's one decay, as a scalar\n",
+                "            carry = acc + torch.sum(decay) * carry\n"
+                "            dS[tile_b.begin, chunk, tile_h.begin, tile_p, tile_n] = carry\n",
             ),
         ),
         problem=SSD_BWD,
@@ -441,7 +443,7 @@ MUTANTS: tuple[Mutant, ...] = (
         note="exact while one column block holds the chunk (chunk 16); chunk 32 in 16-wide blocks loses the "
         "terms W[l, s] of an earlier column block",
     ),
-    # The upstream gradient of final_states is dropped by the reverse state scan.
+    # The upstream gradient of final_states is dropped by the backward's state kernel.
     Mutant(
         name="ssd_bwd_ignores_dfinal_states",
         failure_class="an ignored gradient of a second output",
@@ -451,8 +453,8 @@ MUTANTS: tuple[Mutant, ...] = (
         op="ssd_combined",
         patches=(
             (
-                "            carry = dfinal_states[tile_b.begin, tile_h.begin, tile_d].to(dstates.dtype)\n",
-                "            carry = hl.zeros([tile_d], dtype=dstates.dtype)\n",
+                "            carry = dfinal_states[tile_b.begin, tile_h.begin, tile_p, tile_n].to(wide)\n",
+                "            carry = hl.zeros([tile_p, tile_n], dtype=wide)\n",
             ),
         ),
         problem=SSD_BWD,
