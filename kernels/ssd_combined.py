@@ -71,7 +71,9 @@ def _promoted(x: torch.Tensor, B: torch.Tensor, chunk_size: int) -> Mapping[str,
 def tuning_configs(inputs: Mapping[str, Any], count: int) -> list[dict[str, Any]]:
     """Candidates for ``parity tune`` on the GPU (the autotuner's seeds), the first ``count`` in a fixed order. Each
     sets, for every kernel, its output-row tile, the tile of the loop over chunk positions, the dstate tile (the whole
-    dstate up to 128, or 32 and 64) and warps and pipeline stages; the whole headdim is one tile. They span the tile
+    dstate up to 128, or 32 and 64) and warps and pipeline stages; the whole headdim is one tile, except in the
+    states backward, one program per (batch, head, headdim block, dstate block) walking every chunk, where the grid's
+    32-row entries split headdim too (more programs: 128 at the Nemotron shape with whole tiles). They span the tile
     shapes mamba-ssm's own autotuner offers for the same loops (a 32-wide position loop with 4-5 stages, as in its
     chunk_scan and dx configs recorded on the H200, reference/mamba_autotune.json) and the large tiles Helion's
     search found for the backward (h200-run26). chunk_cumsum keeps its default config."""
@@ -99,7 +101,7 @@ def tuning_configs(inputs: Mapping[str, Any], count: int) -> list[dict[str, Any]
                 "bmm_chunk": cfg(rows, rows, min(nblk, 64)),
                 "chunk_scan": cfg(rows, headdim, nblk, cols),
                 "state_passing": {"block_sizes": [64], "num_warps": 1},
-                "bwd_states": cfg(headdim, nblk, cols),
+                "bwd_states": cfg(min(headdim, rows), nblk, cols),
                 "bwd_dx": cfg(rows, headdim, nblk, cols),
                 "bwd_dcb": cfg(rows, cols, headdim),
                 "bwd_dc": cfg(rows, nblk, headdim, cols),
