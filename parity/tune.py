@@ -118,13 +118,10 @@ class SearchSettings:
         ones and raises them, which ended the search of three SSD backward kernels on the H200 (run 22).
 
         Candidates are benchmarked in this process, as Helion always does for a kernel that writes into its
-        arguments. For the others Helion's default is a benchmark worker process, and in H100 run 30 each of the
-        seven SSD kernels that write no argument ended its 25 s budget with at most one config measured, while
-        each of the four that do measured all of its 3-20 seeds in 3-11 s and went on to a generation; on the
-        H200 (run 26) the former's seeds took 14-21 s (chunk_cumsum: 3 seeds, 14 s). The worker's start is the
-        likely cost (Helion's own timeout setting allows for its cold start); the kernels' autotune logs
-        (``autotune_log``) will tell. A config that breaks the CUDA context ends the run; the run that resumes
-        searches that kernel with :attr:`benchmark_subprocess` (H200 run 31: chunk_scan, a misaligned address)."""
+        arguments: with Helion's default benchmark worker process, the searches of the others measured almost
+        nothing within their budgets, in-process ones hundreds of configs (``bench/results/h200-run30``,
+        ``h200-run31``). A config that breaks the CUDA context ends the run; the run that resumes searches that
+        kernel with :attr:`benchmark_subprocess`, where such a config costs only the worker."""
         return {
             "autotune_ignore_errors": True,
             "autotune_benchmark_subprocess": self.benchmark_subprocess,
