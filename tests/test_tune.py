@@ -623,6 +623,27 @@ def test_time_limit_expects_a_judgement_to_take_as_long_as_the_longest_of_tuned_
     assert any(line.endswith("end to end, forward and backward, on 1 problem(s)") for line in logged(t))
 
 
+def test_time_limit_expects_a_search_to_take_as_long_as_the_longest_stored_with_its_settings(tmp_path):
+    """Helion's final verification can run a search past its budget (H100 run 32: 136 s for 60): with a stored
+    search of 1000 s under the same settings, a 600 s limit starts no other search; one stored under other
+    settings (another budget) is no guide, and the search starts."""
+    first = tuner(tmp_path, SeedSearch())
+    assert first.run().status == "done"
+    folder = first.folder / "kernels"
+    fwd = json.loads((folder / "fwd.json").read_text())
+    for search, started in (
+        (fwd["search"], False),
+        ({**fwd["search"], "budget_seconds": 7}, True),
+    ):
+        (folder / "fwd.json").write_text(json.dumps({**fwd, "search": search, "seconds": 1000.0}))
+        (folder / "bwd.json").unlink(missing_ok=True)
+        probe = SeedSearch()
+        t = tuner(tmp_path, probe, time_limit=600)
+        t.run(only=["bwd"])
+        assert ("bwd" in " ".join(probe.seen)) == started, logged(t)
+        assert any("stopping before bwd" in line for line in logged(t)) != started
+
+
 def test_time_limit_stops_before_starting_work_and_says_so(tmp_path):
     """A time limit already spent: nothing is judged or searched, and the log says to run again."""
     search = SeedSearch()
