@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -102,6 +104,25 @@ def profiled(fn: Callable[[], Any], iters: int) -> Table:
     return kernel_table(prof.events(), iters)
 
 
+def host_and_wall(fn: Callable[[], Any], iters: int, sync: Callable[[], None]) -> dict[str, float]:
+    """Median microseconds of one call of ``fn`` from an idle GPU: until it returns (``host_us``: Python, autograd
+    and every launch issued) and until its work is done (``wall_us``, after ``sync``); two warm calls first.
+    Where the host time nears the wall time and the kernels' sum falls short of it, the GPU waits on the host."""
+    for _ in range(2):
+        fn()
+    host, wall = [], []
+    for _ in range(iters):
+        sync()
+        start = time.perf_counter()
+        fn()
+        issued = time.perf_counter()
+        sync()
+        done = time.perf_counter()
+        host.append(issued - start)
+        wall.append(done - start)
+    return {"host_us": statistics.median(host) * 1e6, "wall_us": statistics.median(wall) * 1e6}
+
+
 def total_us(table: Table) -> float:
     return sum(row["us"] for row in table.values())
 
@@ -171,6 +192,13 @@ def main() -> int:
         results[name] = {"fwd": fwd, "bwd": bwd, "fwd_us": total_us(fwd), "bwd_us": total_us(bwd)}
         print_table(name, "forward", fwd)
         print_table(name, "backward", bwd)
+        for phase, fn, kernels in (("fwd", forward, fwd), ("fwd+bwd", fwd_bwd, both)):
+            timed = host_and_wall(fn, args.iters, torch.cuda.synchronize)
+            results[name][f"{phase}_host"] = timed
+            print(
+                f"{name} {phase}: host {timed['host_us']:.1f} us to issue, wall {timed['wall_us']:.1f} us, "
+                f"kernels {total_us(kernels):.1f} us in {sum(r['calls'] for r in kernels.values()):.0f} launches"
+            )
         torch.cuda.empty_cache()
     counterparts = {}
     for phase in ("fwd", "bwd"):
@@ -184,7 +212,7 @@ def main() -> int:
         "shape": args.shape,
         "iters": args.iters,
         "helion_configs": configs,
-        "timing": "torch.profiler CUDA kernel intervals, per iteration",
+        "timing": "torch.profiler CUDA kernel intervals, per iteration; host/wall: perf_counter medians, unprofiled",
     }
     if args.json_path:
         payload = {"meta": meta, "backends": results, "counterparts": counterparts}

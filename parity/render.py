@@ -657,6 +657,10 @@ def _slower(row: dict[str, Any]) -> bool:
     return row["ratio"] is not None and row["ratio"] < 1
 
 
+HOST_PHASES = ("fwd", "fwd+bwd")
+"""The phases bench/kernel_times.py times unprofiled (host time to issue a step, wall time to finish it)."""
+
+
 def _kernel_times_section(result: Result, label: str) -> str:
     """Per backend and phase, the total and each kernel's time per iteration, the largest first."""
     backends = result.data["backends"]
@@ -674,6 +678,12 @@ def _kernel_times_section(result: Result, label: str) -> str:
     ]
     totals = ", ".join(
         f"{_esc(name)} fwd {_fmt(b['fwd_us'], '.1f')} us, bwd {_fmt(b['bwd_us'], '.1f')} us"
+        + "".join(
+            f"; {phase} host {_fmt(b[f'{phase}_host']['host_us'], '.1f')} us to issue, "
+            f"wall {_fmt(b[f'{phase}_host']['wall_us'], '.1f')} us"
+            for phase in HOST_PHASES
+            if f"{phase}_host" in b  # older files lack it
+        )
         for name, b in backends.items()
     )
     pairs = [

@@ -267,6 +267,8 @@ def _touch(kind: str, data: Any) -> None:
     elif kind == "kernel-times":
         for backend in data["backends"].values():
             _numbers([backend["fwd_us"], backend["bwd_us"]])
+            for host in (backend[key] for key in ("fwd_host", "fwd+bwd_host") if key in backend):  # optional: newer
+                _numbers([host["host_us"], host["wall_us"]])
             for phase in ("fwd", "bwd"):
                 for row in backend[phase].values():
                     _numbers([row["calls"], row["us"]])

@@ -10,6 +10,7 @@ import copy
 import io
 import json
 import subprocess
+import time
 from collections import defaultdict
 from html.parser import HTMLParser
 from pathlib import Path
@@ -247,12 +248,35 @@ def test_kernel_times_sums_per_kernel_and_iteration_and_its_report_shows_the_num
     bwd = kt.difference(both, fwd)
     assert bwd == {"scan": {"calls": 1.0, "us": 13.0}, "dx": {"calls": 1.0, "us": 30.0}}  # norm: no launch left
     backends = {"helion": {"fwd": fwd, "bwd": bwd, "fwd_us": kt.total_us(fwd), "bwd_us": kt.total_us(bwd)}}
+    backends["helion"]["fwd+bwd_host"] = {"host_us": 70.0, "wall_us": 75.0}
     path = tmp_path / "kernels.json"
     path.write_text(json.dumps(results.stamped("kernel-times", {"meta": {"gpu": "NVIDIA H200"}, "backends": backends})))
     assert run("report", str(path), "--out", str(tmp_path / "r")).returncode == 0
-    page = Page((tmp_path / "r" / "index.html").read_text())
+    html = (tmp_path / "r" / "index.html").read_text()
+    page = Page(html)
     assert [float(e["data-kernel-us"]) for e in page.having("data-kernel-us")] == [11.0, 5.0, 30.0, 13.0]
     assert "helion: fwd 16.0 us, bwd 43.0 us" in (tmp_path / "r" / "summary.md").read_text()
+    assert "fwd+bwd host 70.0 us to issue, wall 75.0 us" in html
+
+
+def test_kernel_times_splits_a_step_into_the_host_time_to_issue_it_and_the_wall_time_to_finish_it():
+    """A step whose host part takes 20 ms and whose queued work 30 ms more (the stand-in sync waits for it): host
+    about 20 ms, wall about 50 ms; each timed call starts from a synchronized, idle queue."""
+    kt = bench_scripts.load("kernel_times")
+    calls: list[str] = []
+
+    def step() -> None:
+        calls.append("step")
+        time.sleep(0.02)
+
+    def sync() -> None:
+        if calls and calls[-1] == "step":
+            time.sleep(0.03)
+        calls.append("sync")
+
+    timed = kt.host_and_wall(step, 3, sync)
+    assert 20e3 <= timed["host_us"] < 45e3 and 50e3 <= timed["wall_us"] < 90e3
+    assert calls[:2] == ["step", "step"] and calls[2:] == ["sync", "step", "sync"] * 3
 
 
 def test_kernel_times_pairs_each_part_with_its_mamba_counterpart_and_the_report_marks_the_slower(tmp_path, capsys):
