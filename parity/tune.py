@@ -30,6 +30,7 @@ stored too.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import hashlib
 import importlib
@@ -111,6 +112,11 @@ class SearchSettings:
     benchmark_subprocess: bool = False
     """Benchmark each candidate in Helion's worker process (a config that breaks the CUDA context costs the worker,
     not the search): set for a kernel whose in-process search lost the context (:meth:`Tuner.settings_for`)."""
+    pointer_indexing: bool = False
+    """Every load and store indexed by pointer (Helion's ``indexing`` pinned): set for a kernel whose in-process
+    search lost the context on a tensor-descriptor candidate (:meth:`Tuner.settings_for`): TMA's alignment rules
+    are what such a candidate breaks (a misaligned address, H200 run 31 and H100 run 32, chunk_scan), and the
+    search stays in this process, where it measures hundreds of configs instead of a few."""
 
     def helion(self) -> dict[str, Any]:
         """As ``helion.Settings`` fields (no progress bar: a log file gets Helion's log lines instead). A config
@@ -121,7 +127,8 @@ class SearchSettings:
         arguments: with Helion's default benchmark worker process, the searches of the others measured almost
         nothing within their budgets, in-process ones hundreds of configs (``bench/results/h200-run30``,
         ``h200-run31``). A config that breaks the CUDA context ends the run; the run that resumes searches that
-        kernel with :attr:`benchmark_subprocess`, where such a config costs only the worker."""
+        kernel with :attr:`pointer_indexing` (a tensor-descriptor candidate broke it) or :attr:`benchmark_subprocess`
+        (where such a config costs only the worker)."""
         return {
             "autotune_ignore_errors": True,
             "autotune_benchmark_subprocess": self.benchmark_subprocess,
@@ -132,6 +139,10 @@ class SearchSettings:
             "autotune_random_seed": self.random_seed,
             "autotune_progress_bar": False,
         }
+
+    def overrides(self) -> dict[str, Any]:
+        """The config fields this search pins (``autotune_config_overrides``), besides the build-dependent ones."""
+        return {"indexing": "pointer"} if self.pointer_indexing else {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,11 +481,16 @@ class Tuner:
         return self.folder / "kernels" / f"{name}.context-lost.json"
 
     def settings_for(self, name: str) -> SearchSettings:
-        """The search settings of kernel ``name``: :attr:`settings`, benchmarked in Helion's worker process once a
-        search of it in this process lost the CUDA context (its marker, ``kernels/<name>.context-lost.json``)."""
-        if self._lost_marker(name).is_file():
-            return dataclasses.replace(self.settings, benchmark_subprocess=True)
-        return self.settings
+        """The search settings of kernel ``name``: :attr:`settings`, unless a search of it in this process lost the
+        CUDA context (its marker, ``kernels/<name>.context-lost.json``, names the candidate it was measuring): then
+        with pointer indexing where that candidate used a tensor descriptor, else (or when a search with pointer
+        indexing lost it too) benchmarked in Helion's worker process."""
+        marker = _read(self._lost_marker(name))
+        if marker is None:
+            return self.settings
+        if "tensor_descriptor" in str(marker.get("candidate")):
+            return dataclasses.replace(self.settings, pointer_indexing=True)
+        return dataclasses.replace(self.settings, benchmark_subprocess=True)
 
     def _earlier_bests(self, name: str) -> list[tuple[str | None, dict[str, Any]]]:
         """(where, config) of the best configs found for kernel ``name`` of this op, problem and dtype before, stale
@@ -526,6 +542,8 @@ class Tuner:
                 state = "forced" if record is not None else why
                 if self.settings_for(name).benchmark_subprocess:
                     state += ", benchmarked in a worker process (a search here lost the CUDA context)"
+                elif self.settings_for(name).pointer_indexing:
+                    state += ", pointer indexing only (a tensor-descriptor candidate lost the CUDA context)"
                 earlier: list[dict[str, Any]] = []  # earlier bests start this search, in their order
                 for where, config in self._earlier_bests(name):
                     if config not in seeds[name] and config not in earlier:
@@ -617,7 +635,7 @@ class Tuner:
                 autotune_seed_configs=[helion.Config(**s) for s in valid],
                 autotune_baseline_fn=baseline,
                 autotune_baseline_accuracy_check_fn=check,
-                autotune_config_overrides={key: [] for key in BUILD_DEPENDENT_FIELDS},
+                autotune_config_overrides={**{key: [] for key in BUILD_DEPENDENT_FIELDS}, **search.overrides()},
                 # every config Helion measures (generation, status, compile s, ms, when), appended per search: what
                 # a search spent its budget on (kernels/<name>.autotune.csv and .log beside the record)
                 autotune_log=str(self.folder / "kernels" / f"{launch.name}.autotune"),
@@ -636,8 +654,10 @@ class Tuner:
                 best = dict(self.search(tuning, launch.args))
             except Exception as exc:
                 lost = _context_lost(self.device)
-                if lost is not None and not search.benchmark_subprocess:  # the resumed run isolates this search
-                    _write(self._lost_marker(launch.name), {"error": f"{type(exc).__name__}: {lost}"[:1000]})
+                if lost is not None and not search.benchmark_subprocess:  # the resumed run avoids or isolates it
+                    candidate = unfinished_candidate(self.folder / "kernels" / f"{launch.name}.csv")
+                    marker = {"error": f"{type(exc).__name__}: {lost}"[:1000], "candidate": candidate}
+                    _write(self._lost_marker(launch.name), marker)
                 raise
             expected, written = baseline(*snapshot(launch.args)), _after(baseline, launch.args)
 
@@ -893,6 +913,24 @@ def _as_tuned(config: Mapping[str, Any]) -> dict[str, Any]:
         if any(out.pop(name, None) or ()):
             raise ParityError(f"tuned config sets {name}={config[name]}, which the search holds neutral")
     return {**out, lookup.STATIC_SHAPES: True}
+
+
+def unfinished_candidate(log: Path) -> str | None:
+    """The config a search was measuring when its process failed: in Helion's autotune CSV log (``status``
+    ``started``, then ``ok`` or ``error`` per ``config_id``), the last one started and never finished."""
+    try:
+        with log.open(newline="") as file:
+            rows = list(csv.DictReader(file))
+    except (OSError, csv.Error):
+        return None
+    open_: dict[str, str] = {}
+    for row in rows:
+        if row.get("status") == "started":
+            open_.pop(row.get("config_id") or "", None)  # re-started: now the latest
+            open_[row.get("config_id") or ""] = row.get("config") or ""
+        else:
+            open_.pop(row.get("config_id") or "", None)
+    return list(open_.values())[-1] if open_ else None
 
 
 def _context_lost(device: str) -> RuntimeError | None:

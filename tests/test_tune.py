@@ -82,12 +82,15 @@ class SeedSearch:
     a search that lost its way). ``seen``: the kernels searched; ``rejected``: the seeds the check refused;
     ``before(kernel)`` runs first (assertions about that moment)."""
 
-    def __init__(self, before: Any = None, lost: bool = False, isolated: tuple[str, ...] = ()):
+    def __init__(
+        self, before: Any = None, lost: bool = False, isolated: tuple[str, ...] = (), pointered: tuple[str, ...] = ()
+    ):
         self.seen: list[str] = []
         self.rejected: list[dict[str, Any]] = []
         self.before = before
         self.lost = lost
         self.isolated = isolated
+        self.pointered = pointered
 
     def __call__(self, kernel: Any, args: tuple[Any, ...]) -> dict[str, Any]:
         settings = kernel.settings
@@ -96,7 +99,8 @@ class SeedSearch:
         assert settings.autotune_ignore_errors, "a config Triton cannot compile is skipped, not the search ended"
         # benchmarked here (a worker's start took the budget), but where a search here lost the CUDA context
         assert settings.autotune_benchmark_subprocess == (kernel.fn.__name__ in self.isolated)
-        assert settings.autotune_config_overrides == {"static_ranges": []}, "build-dependent fields held neutral"
+        pinned = {"indexing": "pointer"} if kernel.fn.__name__ in self.pointered else {}
+        assert settings.autotune_config_overrides == {"static_ranges": [], **pinned}, "build-dependent fields neutral"
         log = Path(settings.autotune_log)
         assert log.parent.name == "kernels" and log.suffix == ".autotune", "what the search measured is kept"
         if self.before:
@@ -430,6 +434,66 @@ def test_a_search_that_loses_the_cuda_context_resumes_in_a_worker_process(tmp_pa
     )
     again = SeedSearch()
     assert tuner(tmp_path, again, same_search=True).run().status == "done" and again.seen == []
+
+
+def helion_csv(path: Path, rows: list[tuple[str, str, str]]) -> None:
+    """An autotune CSV log as Helion writes it: (config_id, status, config) per row."""
+    lines = ["run_id,timestamp_s,config_id,generation,status,perf_ms,compile_time_s,config"]
+    lines += [f'r,{i},{cid},0,{status},,1.0,"{config}"' for i, (cid, status, config) in enumerate(rows)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_the_candidate_a_failed_search_was_measuring_is_the_last_started_and_never_finished(tmp_path):
+    log = tmp_path / "k.csv"
+    helion_csv(
+        log,
+        [
+            ("a", "started", "Config(indexing=['pointer'])"),
+            ("a", "ok", "Config(indexing=['pointer'])"),
+            ("b", "started", "Config(indexing=['tensor_descriptor'])"),
+            ("c", "started", "Config(num_warps=1)"),
+            ("c", "error", "Config(num_warps=1)"),
+        ],
+    )
+    assert tune.unfinished_candidate(log) == "Config(indexing=['tensor_descriptor'])"
+    helion_csv(log, [("a", "started", "x"), ("a", "ok", "x")])
+    assert tune.unfinished_candidate(log) is None
+    assert tune.unfinished_candidate(tmp_path / "absent.csv") is None
+
+
+def test_a_tensor_descriptor_candidate_that_loses_the_context_pins_pointer_indexing_then_a_worker(
+    tmp_path, monkeypatch
+):
+    """H200 run 31 and H100 run 32: chunk_scan's in-process search lost the CUDA context on a candidate with a
+    tensor descriptor (a misaligned address). The resumed run searches it in this process with every load and store
+    by pointer; should that search lose the context too (a pointer candidate), the next one uses the worker."""
+    lost: list[RuntimeError] = []
+    monkeypatch.setattr(tune, "_context_lost", lambda device: lost[0] if lost else None)
+    candidates = iter(["Config(indexing=['pointer', 'tensor_descriptor'])", "Config(indexing=['pointer'])"])
+
+    def crash(kernel: Any) -> None:
+        if kernel.fn.__name__ == "layer_norm_bwd_kernel":
+            log = Path(kernel.settings.autotune_log).with_suffix(".csv")
+            helion_csv(log, [("a", "started", next(candidates))])
+            lost.append(RuntimeError("CUDA error: misaligned address"))
+            raise RuntimeError("TritonUnrecoverableRuntimeError")
+
+    t = tuner(tmp_path, SeedSearch(before=crash), same_search=True)
+    with pytest.raises(ParityError, match="CUDA context is lost"):
+        t.run()
+    assert "tensor_descriptor" in json.loads((t.folder / "kernels" / "bwd.context-lost.json").read_text())["candidate"]
+    lost.clear()
+    pinned = SeedSearch(before=crash, pointered=("layer_norm_bwd_kernel",))
+    t = tuner(tmp_path, pinned, same_search=True)
+    with pytest.raises(ParityError, match="CUDA context is lost"):
+        t.run()
+    assert pinned.seen == [] and any("pointer indexing only" in line for line in logged(t))
+    lost.clear()
+    isolated = SeedSearch(isolated=("layer_norm_bwd_kernel",))
+    t = tuner(tmp_path, isolated, same_search=True)
+    assert t.run().status == "done" and isolated.seen == ["layer_norm_bwd_kernel"]
+    search = records(t)["bwd"]["search"]
+    assert search["benchmark_subprocess"] and not search["pointer_indexing"]
 
 
 def test_a_first_search_on_a_gpu_starts_from_the_best_found_on_another_of_its_architecture(tmp_path, monkeypatch):
