@@ -140,6 +140,14 @@ class SearchSettings:
             "autotune_progress_bar": False,
         }
 
+    def stored(self) -> dict[str, Any]:
+        """As a kernel's record stores them (``search``): :attr:`pointer_indexing` only where set, so that the records
+        written before it existed (none pinned) stay current under ``--same-search``."""
+        fields = dataclasses.asdict(self)
+        if not self.pointer_indexing:
+            del fields["pointer_indexing"]
+        return fields
+
     def overrides(self) -> dict[str, Any]:
         """The config fields this search pins (``autotune_config_overrides``), besides the build-dependent ones."""
         return {"indexing": "pointer"} if self.pointer_indexing else {}
@@ -473,7 +481,7 @@ class Tuner:
             return None, "not tuned"
         expected = self._expected(launch)
         if self.same_search:
-            expected["search"] = dataclasses.asdict(self.settings_for(launch.name))
+            expected["search"] = self.settings_for(launch.name).stored()
         changed = [k for k, v in expected.items() if record.get(k) != v]
         return (record, "") if not changed else (None, f"stale ({', '.join(changed)} changed)")
 
@@ -646,7 +654,7 @@ class Tuner:
             **self._expected(launch),
             "baseline_config": dict(default),
             "seeds": valid,
-            "search": dataclasses.asdict(search),
+            "search": search.stored(),
             "device": lookup.device_key(self.device),
         }
         try:
@@ -750,7 +758,7 @@ class Tuner:
         for this op, shape and dtype with the same settings if longer (Helion's final verification of the best
         candidates runs past the budget: H100 run 32, bmm_chunk, 136 s for 60). The time limit starts none that
         would be cut."""
-        search = dataclasses.asdict(self.settings_for(name))
+        search = self.settings_for(name).stored()
         stored = [_read(path) or {} for path in (self.folder / "kernels").glob("*.json")]
         taken = [float(r.get("seconds", 0.0)) for r in stored if r.get("search") == search]
         return max([float(search["budget_seconds"] or 0), *taken])
