@@ -756,7 +756,7 @@ class Tuner:
     def _search_seconds(self, name: str) -> float:
         """How long the search of kernel ``name`` is expected to take: its budget, or the longest search stored
         for this op, shape and dtype with the same settings if longer (Helion's final verification of the best
-        candidates runs past the budget: H100 run 32, bmm_chunk, 136 s for 60). The time limit starts none that
+        candidates can run well past the budget: ``bench/results/h200-run32``). The time limit starts none that
         would be cut."""
         search = self.settings_for(name).stored()
         stored = [_read(path) or {} for path in (self.folder / "kernels").glob("*.json")]
@@ -931,14 +931,13 @@ def unfinished_candidate(log: Path) -> str | None:
             rows = list(csv.DictReader(file))
     except (OSError, csv.Error):
         return None
-    open_: dict[str, str] = {}
+    unfinished: dict[str, str] = {}  # config_id -> config, in the order last started
     for row in rows:
+        config_id = row.get("config_id") or ""
+        unfinished.pop(config_id, None)
         if row.get("status") == "started":
-            open_.pop(row.get("config_id") or "", None)  # re-started: now the latest
-            open_[row.get("config_id") or ""] = row.get("config") or ""
-        else:
-            open_.pop(row.get("config_id") or "", None)
-    return list(open_.values())[-1] if open_ else None
+            unfinished[config_id] = row.get("config") or ""
+    return list(unfinished.values())[-1] if unfinished else None
 
 
 def _context_lost(device: str) -> RuntimeError | None:

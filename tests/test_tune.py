@@ -691,7 +691,7 @@ def test_time_limit_expects_a_judgement_to_take_as_long_as_the_longest_of_tuned_
 
 
 def test_time_limit_expects_a_search_to_take_as_long_as_the_longest_stored_with_its_settings(tmp_path):
-    """Helion's final verification can run a search past its budget (H100 run 32: 136 s for 60): with a stored
+    """Helion's final verification can run a search well past its budget (H100 run 32, bmm_chunk): with a stored
     search of 1000 s under the same settings, a 600 s limit starts no other search; one stored under other
     settings (another budget) is no guide, and the search starts."""
     first = tuner(tmp_path, SeedSearch())
