@@ -548,9 +548,10 @@ class Tuner:
                 state = f"{record['status']} before, skipped (--force redoes it)"
             else:
                 state = "forced" if record is not None else why
-                if self.settings_for(name).benchmark_subprocess:
+                search = self.settings_for(name)
+                if search.benchmark_subprocess:
                     state += ", benchmarked in a worker process (a search here lost the CUDA context)"
-                elif self.settings_for(name).pointer_indexing:
+                elif search.pointer_indexing:
                     state += ", pointer indexing only (a tensor-descriptor candidate lost the CUDA context)"
                 earlier: list[dict[str, Any]] = []  # earlier bests start this search, in their order
                 for where, config in self._earlier_bests(name):
