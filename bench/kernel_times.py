@@ -31,7 +31,7 @@ import mixer  # bench/mixer.py: the mixer's inputs, backends and steps
 
 from parity import device as parity_device
 from parity.report import atomic_write
-from parity.results import stamped
+from parity.results import HOST_PHASES, stamped
 
 KERNEL_TARGET = 1.0
 """The tuning issue's target: every Helion kernel at least as fast as its mamba-ssm counterpart."""
@@ -192,7 +192,7 @@ def main() -> int:
         results[name] = {"fwd": fwd, "bwd": bwd, "fwd_us": total_us(fwd), "bwd_us": total_us(bwd)}
         print_table(name, "forward", fwd)
         print_table(name, "backward", bwd)
-        for phase, fn, kernels in (("fwd", forward, fwd), ("fwd+bwd", fwd_bwd, both)):
+        for phase, fn, kernels in zip(HOST_PHASES, (forward, fwd_bwd), (fwd, both), strict=True):
             timed = host_and_wall(fn, args.iters, torch.cuda.synchronize)
             results[name][f"{phase}_host"] = timed
             print(

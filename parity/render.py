@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from parity.errors import ParityError
-from parity.results import TITLES, Case, Result
+from parity.results import HOST_PHASES, TITLES, Case, Result
 
 GOOD, MID, BAD, OVER = "#1a9850", "#fee08b", "#f46d43", "#a50026"
 """Colours of err/bound: far under the bound, near it, at it, over it (the matrix and the plots share them)."""
@@ -655,10 +655,6 @@ def _counterparts(result: Result) -> list[tuple[str, str, dict[str, Any]]]:
 def _slower(row: dict[str, Any]) -> bool:
     """Whether a part's Helion kernels took longer than mamba-ssm's (the tuning issue's per-kernel target is 1.0x)."""
     return row["ratio"] is not None and row["ratio"] < 1
-
-
-HOST_PHASES = ("fwd", "fwd+bwd")
-"""The phases bench/kernel_times.py times unprofiled (host time to issue a step, wall time to finish it)."""
 
 
 def _kernel_times_section(result: Result, label: str) -> str:

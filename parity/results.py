@@ -29,6 +29,10 @@ FORMATS: dict[str, int] = {
 }
 """The newest version of each kind this parity reads (and writes)."""
 
+HOST_PHASES = ("fwd", "fwd+bwd")
+"""The steps bench/kernel_times.py times unprofiled (host time to issue one, wall time to finish it), stored per
+backend as ``<phase>_host``."""
+
 TITLES = {
     "check": "parity check",
     "gate": "parity gate",
@@ -267,8 +271,10 @@ def _touch(kind: str, data: Any) -> None:
     elif kind == "kernel-times":
         for backend in data["backends"].values():
             _numbers([backend["fwd_us"], backend["bwd_us"]])
-            for host in (backend[key] for key in ("fwd_host", "fwd+bwd_host") if key in backend):  # optional: newer
-                _numbers([host["host_us"], host["wall_us"]])
+            for step in HOST_PHASES:
+                host = backend.get(f"{step}_host")  # optional: older files lack it
+                if host is not None:
+                    _numbers([host["host_us"], host["wall_us"]])
             for phase in ("fwd", "bwd"):
                 for row in backend[phase].values():
                     _numbers([row["calls"], row["us"]])
