@@ -15,7 +15,14 @@ whose largest element offset does not (a slice of a larger buffer) gets, and reu
 kernel allocates itself are not looked at. :func:`launch` therefore runs the kernel's ``index_dtype=torch.int64``
 twin (:func:`needs_int64`) whenever an argument, or a tensor the build's host code hands the device kernel (found by
 running that host code on meta tensors, :func:`_device_args_need_int64`), has a numel or largest element offset
-past 2**31 - 1; every other call keeps the default (int32) build."""
+past 2**31 - 1; every other call keeps the default (int32) build.
+
+Scratch allocator. A config with device-side tensor descriptors (``indexing`` "tensor_descriptor" without host
+descriptors) builds a Triton kernel that allocates global scratch at launch, which fails with "no allocator was
+set" unless one is installed; Helion 1.5.0's generated code installs it only for host-side descriptors, and Triton
+keeps it per context (each thread: autograd runs a CUDA backward on its own device thread). :func:`launch`
+therefore installs Helion's allocator, where none is set, before every launch (the H100's tuned bmm_chunk failed the
+promote gate without it: ``bench/results/h200-run35/call3``)."""
 
 from __future__ import annotations
 
@@ -175,6 +182,7 @@ def launch(kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike, *, 
     compiled = _COMPILED.get(key)
     if compiled is None:
         compiled = _COMPILED[key] = _choose(kernel, args, fields)[1]
+    helion.runtime.set_triton_allocator()  # this thread's context may have none (module docstring)
     return compiled(*args)
 
 

@@ -90,3 +90,22 @@ def test_engine_enters_any_shape_except_at_training_problems() -> None:
     for problem, expected in (({"batch": 2, "length": 13, "chunk": 4}, [True]), (training, [True])):
         [result] = run_problem(s, [s.impl("reference")], problem, torch.float32, 0, "cpu", tols)
         assert result.passed and entered == expected
+
+
+def test_a_launch_installs_tritons_scratch_allocator_in_its_own_thread(parity_device) -> None:
+    """Device-side tensor descriptors allocate scratch at launch; Triton keeps the allocator per thread context, and
+    Helion 1.5.0's generated code installs it only for host-side descriptors, so every launch must."""
+    from triton.runtime import _allocation
+
+    seen: list[object] = []
+
+    def run() -> None:  # a fresh thread starts with a fresh context: Triton's null allocator
+        seen.append(_allocation._allocator.get())
+        _run((16,), chunk_cumsum.CONFIGS[0], parity_device)
+        seen.append(_allocation._allocator.get())
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert isinstance(seen[0], _allocation.NullAllocator)
+    assert not isinstance(seen[1], _allocation.NullAllocator)
