@@ -458,7 +458,9 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
         )
     for timing in result.timing:
         console.print(
-            f"time {timing['dtype']} fwd+bwd: candidate {timing.get('candidate_ms', float('nan')):.4f} ms, "
+            f"time {timing['dtype']} fwd+bwd: FAILED, {timing['error']}"
+            if "error" in timing
+            else f"time {timing['dtype']} fwd+bwd: candidate {timing.get('candidate_ms', float('nan')):.4f} ms, "
             f"baseline {timing.get('baseline_ms', float('nan')):.4f} ms",
             markup=False,
         )

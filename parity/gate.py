@@ -95,7 +95,13 @@ class GateReport:
 
     @property
     def passed(self) -> bool:
-        return bool(self.cases) and all(c.passed for c in self.cases) and all(d["ok"] for d in self.determinism)
+        """Every case and rerun passed, and every timing ran (a candidate that raises there fails too)."""
+        return (
+            bool(self.cases)
+            and all(c.passed for c in self.cases)
+            and all(d["ok"] for d in self.determinism)
+            and not any("error" in t for t in self.timing)
+        )
 
     def evidence(self) -> dict[str, Any]:
         """The summary a store entry carries."""
@@ -174,11 +180,16 @@ def preflight(spec: OpSpec, impl: Impl, dtype: torch.dtype, device: str) -> None
     except ParityError:
         raise
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
         raise ParityError(
             f"config {json.dumps(impl.config)} for {spec.name} does not compile or run on "
-            f"{json.dumps(problem)}: {type(exc).__name__}: {first}"
+            f"{json.dumps(problem)}: {_first_line(exc)}"
         ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (at most 300 characters of it)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
 
 
 def _case(
@@ -218,8 +229,13 @@ def _rerun(spec: OpSpec | str, impl: Impl, problem: dict, dtype: str, device: st
 
 
 def _time(spec: OpSpec | str, impl: Impl, problem: dict, dtype: str) -> dict[str, Any]:
+    """:func:`_timing`, or what it raised as ``error`` (the gate then fails, with its report written, rather
+    than ending the run with a worker's traceback)."""
     start = time.perf_counter()
-    found = _timing(resolve(spec), impl, problem, parse_dtype(dtype))
+    try:
+        found = _timing(resolve(spec), impl, problem, parse_dtype(dtype))
+    except Exception as exc:
+        found = {"problem": dict(problem), "dtype": dtype, "error": _first_line(exc)}
     return {**found, "seconds": round(time.perf_counter() - start, 2)}
 
 

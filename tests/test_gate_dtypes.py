@@ -87,3 +87,22 @@ def test_the_gate_refuses_bad_input_before_running(tmp_path, monkeypatch):
     bad = Impl("staged-cfg", staged, config={"fwd": {"num_warps": 3}})
     with pytest.raises(ParityError, match=r"config of staged-cfg: fwd\.num_warps = 3 must be a positive power of two"):
         gate(s, bad, "cpu", PROFILE, TOLS, [torch.float32])
+
+
+def test_a_candidate_that_raises_in_its_timing_fails_the_gate_with_the_error_kept(monkeypatch):
+    """The training-shape timing runs last, outside any case: what it raises is the gate's failure, recorded
+    in its report, not a worker's traceback that ends the run (seen in H100 run 35's promote gate)."""
+    from parity import gate as gate_module
+
+    def raising(*_args):
+        raise RuntimeError("Kernel requires a runtime memory allocation, but no allocator was set.\nmore")
+
+    monkeypatch.setattr(gate_module, "_timing", raising)
+    s = spec(staged)
+    timed = gate_module._time(s, s.impl("staged"), {"n": 8}, "float32")
+    assert timed["error"] == "RuntimeError: Kernel requires a runtime memory allocation, but no allocator was set."
+    assert timed["problem"] == {"n": 8} and timed["dtype"] == "float32"
+    result = gate(s, s.impl("staged"), "cpu", PROFILE, TOLS, [torch.float32])
+    assert result.passed
+    result.timing.append(timed)
+    assert not result.passed
