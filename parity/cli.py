@@ -505,13 +505,14 @@ def cmd_configs(args: argparse.Namespace, console: Console) -> int:
     from parity.store import Store
 
     store = Store(args.store) if args.store else Store()
-    stale = 0
+    stale = seen = 0
     here = _local_device_keys() if args.action == "verify" else set()
     for device, op in store.files():
         if args.op and op != args.op:
             continue
         own = device in here
         for entry in store.entries(device, op):
+            seen += 1
             fields = entry if isinstance(entry, dict) else {}
             line = (
                 f"{device} {op} {fields.get('dtype', '?')} bucket={fields.get('bucket', '?')} "
@@ -527,6 +528,13 @@ def cmd_configs(args: argparse.Namespace, console: Console) -> int:
                 console.print(line, markup=False, highlight=False, soft_wrap=True)
             else:
                 console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if not seen:
+        console.print(
+            f"no entries{f' for {args.op}' if args.op else ''} in {store.root}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     return EXIT_FAIL if stale else EXIT_OK
 
 

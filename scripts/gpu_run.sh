@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the offline H200: install the carried wheels, then run the GPU tests and/or the
 # benchmarks, writing logs and JSON under $OUT (default ./gpu-out). Usage:
-#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [kernels] [record] [convergence] [precision] [e2e] [ssd] [long] [trees] [index]
+#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [kernels] [record] [convergence] [precision] [e2e] [ssd] [promote] [long] [trees] [index]
 #   (default: tests parity bench; each call is cut at 10 minutes: one or two steps per call)
 # e2e / ssd: tune (Helion's autotuner, resumable) + gate + promote the gated norm / the SSD kernels at the training shape.
 # mixer: the Nemotron mixer (SSD combined + gated RMSNorm) fwd/fwd+bwd/peak memory and the RMSNorm bwd, vs mamba-ssm
@@ -152,6 +152,14 @@ for step in $steps; do
           --json "$OUT/step-time-$name.json" > "$OUT/step-time-$name.log" 2>&1 || status=1
         grep -E "fwd\+bwd|all kernels" "$OUT/step-time-$name.log" | sed "s/^/$name /" | cut -c1-200
       done ;;
+    promote) # gate + promote a config already judged by the tuner, without tuning again: PROMOTE_OP, PROMOTE_CONFIG
+             # (e.g. tuned/<gpu>/<op>/<dtype>-<hash>/config.json, when only a kernel source hash moved since)
+      : "${PROMOTE_OP:?name the op}" "${PROMOTE_CONFIG:?name the config file}"
+      timeout "${PROMOTE_TIMEOUT:-400}" python3 -m parity promote "$PROMOTE_OP" --device cuda --config "$PROMOTE_CONFIG" \
+        --dtype bfloat16 --workers "${WORKERS:-15}" --json "$OUT/promote-$PROMOTE_OP.json" \
+        > "$OUT/promote-$PROMOTE_OP.log" 2>&1 || status=1
+      tail -5 "$OUT/promote-$PROMOTE_OP.log" | cut -c1-300
+      [ -d configs ] && cp -r configs "$OUT/" ;;
     index)   # issue 18: the training step with the default (int32-indexed) builds vs every kernel's int64 twin
       timeout "${INDEX_TIMEOUT:-300}" python3 bench/index_dtype.py --op ssd_combined --op layernorm_gated \
         --json "$OUT/index-dtype.json" 2>&1 | tee "$OUT/index-dtype.log" || status=1 ;;

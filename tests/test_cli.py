@@ -320,6 +320,13 @@ def test_configs_verify_reports_malformed_entries_as_stale(tmp_path, monkeypatch
     assert listed.returncode == 0 and len(listed.stdout.strip().splitlines()) == 4 and ".tmp" not in listed.stdout
 
 
+def test_configs_on_an_empty_store_say_so(tmp_path):
+    """No entry is a line saying so, not silence (and not a failure: nothing is stale)."""
+    for action in ("list", "verify"):
+        proc = parity("configs", action, "--store", str(tmp_path / "none"))
+        assert proc.returncode == 0 and proc.stdout.strip() == f"no entries in {tmp_path / 'none'}", proc.stdout
+
+
 def test_every_committed_store_entry_is_current():
     """The entries under configs/ (promoted on the GPU) match main's kernel sources: a kernel edited after its
     promotion would raise StaleConfigError where training loads it. Re-promote it, or remove its entry."""
