@@ -363,7 +363,7 @@ def _timing(rows: list[dict[str, Any]]) -> str:
             [
                 f"<code>{_esc(json.dumps(t['problem']))}</code>",
                 _esc(t["dtype"]),
-                f'<td class="num">{_fmt(cand, ".4f")}</td>',
+                f"<td>FAILED: {_esc(t['error'])}</td>" if "error" in t else f'<td class="num">{_fmt(cand, ".4f")}</td>',
                 f'<td class="num">{_fmt(base, ".4f")}</td>',
                 f'<td class="num" data-speedup="{speedup!r}">{_fmt(speedup, ".2f")}x</td>',
             ]

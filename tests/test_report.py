@@ -192,7 +192,10 @@ def test_a_gate_shows_its_evidence_and_its_cases(tmp_path):
         "seeds": sorted({c["seed"] for c in cases}),
         "dtypes": ["float16", "float32"],
         "determinism": [{**determinism, "max_spread": 0.0, "ok": True}],
-        "timing": [{"problem": {"seqlen": 64}, "dtype": "float32", "candidate_ms": 2.0, "baseline_ms": 3.0}],
+        "timing": [
+            {"problem": {"seqlen": 64}, "dtype": "float32", "candidate_ms": 2.0, "baseline_ms": 3.0},
+            {"problem": {"seqlen": 64}, "dtype": "float16", "error": "RuntimeError: no allocator was set"},
+        ],
     }
     meta = {"device": "cuda", "gpu": "NVIDIA H200", "torch": "2.11", "triton": "3.6.0", "helion": "1.5.0"}
     gate = {"meta": meta, "op": "state_passing", "impl": "helion@cfg.json", "config": {}, "passed": True}
@@ -203,7 +206,8 @@ def test_a_gate_shows_its_evidence_and_its_cases(tmp_path):
     text = (tmp_path / "r" / "index.html").read_text()
     page = Page(text)
     assert [int(e["data-cases"]) for e in page.having("data-cases")] == [len(cases)]
-    assert [float(e["data-speedup"]) for e in page.having("data-speedup")] == [1.5]
+    assert [e["data-speedup"] for e in page.having("data-speedup")] == ["1.5", "None"]
+    assert "FAILED: RuntimeError: no allocator was set" in text  # a timing that raised shows what it raised
     assert "torch 2.11, triton 3.6.0, helion 1.5.0" in text and "NVIDIA H200" in text
     assert {e["data-plot"] for e in page.having("data-plot")} == {"trend:r0:state_passing"}
     assert {e["data-impl"] for e in page.having("data-quantity")} == {"helion"}
