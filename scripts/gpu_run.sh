@@ -26,6 +26,13 @@ python3 -c "import torch, triton, helion; print('torch', torch.__version__, 'tri
   | tee -a "$OUT/gpu.txt"
 steps=${*:-tests parity bench}
 status=0
+promote_config() {  # OP CONFIG STEM SECONDS [ARGS]: gate + promote CONFIG (log and JSON at STEM.log / STEM.json)
+  local op=$1 cfg=$2 stem=$3 limit=$4; shift 4
+  timeout -k 10 "$limit" python3 -m parity promote "$op" --device cuda --config "$cfg" --dtype bfloat16 \
+    --workers "${WORKERS:-15}" --json "$stem.json" "$@" > "$stem.log" 2>&1 || status=1
+  tail -5 "$stem.log" | cut -c1-300
+  [ -d configs ] && cp -r configs "$OUT/"
+}
 for step in $steps; do
   case $step in
     tests)   # the whole suite on the GPU (gpu profile, compile groups over xdist workers, training shapes, the
@@ -109,10 +116,7 @@ for step in $steps; do
         cfg=$(sed -n 's/.*done: the assembled config passed end to end: //p' "$log" | tail -1)
         left=$(( ${CALL_LIMIT:-585} - SECONDS ))
         if [ "$left" -ge "$reserve" ]; then
-          timeout -k 10 "$left" python3 -m parity promote "$op" --device cuda --config "$cfg" --dtype bfloat16 \
-            ${TUNE_SHAPE:+--bucket-shape "$TUNE_SHAPE"} --workers "${WORKERS:-15}" \
-            --json "${log%.log}-promote.json" > "${log%.log}-promote.log" 2>&1 || status=1
-          tail -5 "${log%.log}-promote.log" | cut -c1-300
+          promote_config "$op" "$cfg" "${log%.log}-promote" "$left" ${TUNE_SHAPE:+--bucket-shape "$TUNE_SHAPE"}
         else
           echo "tune $op done, $left s left: promote in the next call"
         fi
@@ -121,8 +125,7 @@ for step in $steps; do
       fi
       [ -f "$log" ] && grep -E "tuning |: .* ms -> |FAILED|judg|pass|FAIL|time limit|done|incomplete|untrusted|no-gain|Error" \
         "$log" | tail -40 | cut -c1-300
-      tar czf "$OUT/tuned.tgz" -C "$OUT" tuned && rm -rf "$OUT/tuned"  # the results come back as one file
-      [ -d configs ] && cp -r configs "$OUT/" ;;
+      tar czf "$OUT/tuned.tgz" -C "$OUT" tuned && rm -rf "$OUT/tuned" ;;  # the results come back as one file
     long)    # issue 18: each long problem (offsets past 2^31, ops/long.py) in its own process (the engine keeps the
              # last problem's oracle: two would not fit), bf16, judged by the segmented oracles; peak memory in meta.
              # The candidates run before mamba-ssm (parity.runner): a baseline that wraps its offsets into an illegal
@@ -155,11 +158,7 @@ for step in $steps; do
     promote) # gate + promote a config already judged by the tuner, without tuning again: PROMOTE_OP, PROMOTE_CONFIG
              # (e.g. tuned/<gpu>/<op>/<dtype>-<hash>/config.json, when only a kernel source hash moved since)
       : "${PROMOTE_OP:?name the op}" "${PROMOTE_CONFIG:?name the config file}"
-      timeout "${PROMOTE_TIMEOUT:-400}" python3 -m parity promote "$PROMOTE_OP" --device cuda --config "$PROMOTE_CONFIG" \
-        --dtype bfloat16 --workers "${WORKERS:-15}" --json "$OUT/promote-$PROMOTE_OP.json" \
-        > "$OUT/promote-$PROMOTE_OP.log" 2>&1 || status=1
-      tail -5 "$OUT/promote-$PROMOTE_OP.log" | cut -c1-300
-      [ -d configs ] && cp -r configs "$OUT/" ;;
+      promote_config "$PROMOTE_OP" "$PROMOTE_CONFIG" "$OUT/promote-$PROMOTE_OP" "${PROMOTE_TIMEOUT:-400}" ;;
     index)   # issue 18: the training step with the default (int32-indexed) builds vs every kernel's int64 twin
       timeout "${INDEX_TIMEOUT:-300}" python3 bench/index_dtype.py --op ssd_combined --op layernorm_gated \
         --json "$OUT/index-dtype.json" 2>&1 | tee "$OUT/index-dtype.log" || status=1 ;;
