@@ -17,14 +17,17 @@ promotion, which replaces the file, is seen on the next call). The steady-state 
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import importlib
 import importlib.metadata
+import inspect
 import json
 import os
 import re
 import sys
+import textwrap
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -120,6 +123,67 @@ def source_hash(target: str) -> str:
         assert path is not None  # _package_modules reaches only modules with a source file, and module has one
         digest.update(name.encode() + b"\0" + Path(path).read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+_CONSTANTS = (int, float, complex, str, bytes, bool, type(None), tuple, list, dict)
+"""Types of the module-level values :func:`code_hash` takes by their repr (a value of another type of the package
+is taken by its type's name: its repr may hold an address)."""
+
+
+@functools.cache
+def code_hash(target: str) -> str:
+    """sha256 over the source of the function named by ``"module:function"`` (a Helion kernel: its Python
+    function) and of what its code names, transitively, within its top-level package: functions and classes by
+    their source, modules by their whole file, other values by their repr. What the kernel's device code is
+    generated from, and no more: an edit of the host code around it (the launcher, the op's glue, another kernel
+    of its module) leaves it unchanged, so a kernel's tuning record (keyed by it) survives such an edit, while
+    :func:`source_hash`, over every module the entry point reaches, keys what judges the whole op (the tuner's
+    judgements, the store's entries). Memoized like :func:`source_hash`."""
+    module_name, _, name = target.partition(":")
+    module = importlib.import_module(module_name)
+    top = module_name.partition(".")[0]
+    digest = hashlib.sha256()
+    seen: set[int] = set()
+    stack: list[Any] = [_unwrapped(getattr(module, name))]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        label = f"{getattr(current, '__module__', '')}:{getattr(current, '__qualname__', '')}"
+        digest.update(label.encode() + b"\0" + inspect.getsource(current).encode() + b"\0")
+        if not inspect.isfunction(current):
+            continue
+        for ref in sorted(_names(current)):
+            if ref not in current.__globals__:
+                continue
+            value = _unwrapped(current.__globals__[ref])
+            if isinstance(value, ModuleType):
+                if value.__name__.partition(".")[0] == top and getattr(value, "__file__", None):
+                    digest.update(f"{ref}=module {value.__name__}\0".encode())
+                    digest.update(Path(value.__file__).read_bytes() + b"\0")  # type: ignore[arg-type]
+            elif inspect.isfunction(value) or inspect.isclass(value):
+                if getattr(value, "__module__", "").partition(".")[0] == top:
+                    stack.append(value)
+            elif getattr(type(value), "__module__", "").partition(".")[0] == top:
+                digest.update(f"{ref}={type(value).__qualname__}\0".encode())
+            elif isinstance(value, _CONSTANTS) or type(value).__module__ == "torch":
+                digest.update(f"{ref}={value!r}\0".encode())
+    return digest.hexdigest()
+
+
+def _unwrapped(value: Any) -> Any:
+    """The Python function behind a kernel object (a Helion kernel's ``fn``) or a decorated function."""
+    fn = getattr(value, "fn", None)
+    value = fn if inspect.isfunction(fn) else value
+    return inspect.unwrap(value) if inspect.isfunction(value) else value
+
+
+def _names(fn: Any) -> set[str]:
+    """Every bare name in a function's source: its body, nested code, default values, annotations and decorators
+    (a Helion kernel's settings may be a module-level dict passed to its decorator)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
 
 
 def project_root(start: Path | None = None) -> Path:
@@ -243,10 +307,11 @@ def _stamp(path: Path) -> Stamp:
 
 
 def clear_caches() -> None:
-    """Forget every memoized device key, version, source hash, default root and lookup (as a restart would)."""
+    """Forget every memoized device key, version, source and code hash, default root and lookup (as a restart would)."""
     _DEVICE_KEYS.clear()
     _installed_versions.cache_clear()
     source_hash.cache_clear()
+    code_hash.cache_clear()
     _default_store.cache_clear()
     _PROMOTED.clear()
 

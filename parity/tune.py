@@ -15,8 +15,9 @@ first); every tensor a candidate returns or writes must be within ``atol + rtol 
 baseline's (the engine's rule for a lone implementation, with the op's tolerances).
 
 Each kernel's result is written as soon as it is found (atomically, one file per kernel), keyed by the kernel's
-source hash, the library versions, the device, the problem, the dtype and the exact argument signature: a
-re-run skips what is current, so a run cut short (a time limit, a killed job) resumes where it stopped. On a
+code hash (:func:`parity.lookup.code_hash`: its device code, not the host code around it), the library versions,
+the device, the problem, the dtype and the exact argument signature: a re-run skips what is current, so a run cut
+short (a time limit, a killed job) resumes where it stopped. On a
 host with several GPUs (``gpus``), the kernels to search are dealt round robin to one spawned process per GPU,
 each capturing the launches again on its own GPU and writing its kernels' records (distinct files); this process
 then reads them back. Then
@@ -171,7 +172,7 @@ class Launch:
 
     @property
     def target(self) -> str:
-        """``module:function`` of the kernel's Python function (what its source hash covers)."""
+        """``module:function`` of the kernel's Python function (what its code hash covers)."""
         return f"{self.kernel.fn.__module__}:{self.kernel.fn.__qualname__}"
 
 
@@ -467,7 +468,7 @@ class Tuner:
             "op": self.spec.name,
             "kernel": launch.name,
             "target": launch.target,
-            "source_hash": lookup.source_hash(launch.target),
+            "code_hash": lookup.code_hash(launch.target),
             "versions": lookup.versions(),
             "problem": dict(self.problem),
             "dtype": dtype_name(self.dtype),

@@ -211,6 +211,62 @@ def test_editing_a_helper_module_the_kernel_uses_makes_it_stale(tmp_path, monkey
             sys.modules.pop(name, None)
 
 
+def test_a_kernels_code_hash_follows_its_device_code_not_the_host_code_around_it(tmp_path, monkeypatch):
+    """A tuning record's key (``code_hash``) covers the kernel function, what it names in its package (a helper
+    function, a constant, its decorator's settings) and nothing else: an edit of the launcher or of another
+    function of its module changes only ``source_hash`` (which keys the op's judgements and store entries)."""
+    package = tmp_path / "codepkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    files = {
+        "helper.py": "def helper(x):\n    return x + 1\n",
+        "launcher.py": "def launch(fn, x):\n    return fn(x)\n",
+        "entry.py": (
+            "from codepkg.helper import helper\nfrom codepkg.launcher import launch\n\nSCALE = 2\n"
+            "SETTINGS = {'static_shapes': False}\n\n\ndef deco(**settings):\n    return lambda fn: fn\n\n\n"
+            "@deco(**SETTINGS)\ndef kernel(x):\n    return [helper(v) * SCALE for v in x]\n\n\n"
+            "def host(x):\n    return launch(kernel, x)\n"
+        ),
+    }
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def hashes(**edits: tuple[str, str]) -> tuple[str, str]:
+        for name, (old, new) in edits.items():
+            assert old in files[name]
+            files[name] = files[name].replace(old, new)
+        for name, text in files.items():
+            (package / name).write_text(text)
+        for name in [m for m in sys.modules if m.partition(".")[0] == "codepkg"]:
+            sys.modules.pop(name)
+        lookup.clear_caches()
+        return lookup.code_hash("codepkg.entry:kernel"), lookup.source_hash("codepkg.entry:kernel")
+
+    try:
+        code, source = hashes()
+        host_edits: list[dict[str, tuple[str, str]]] = [
+            {"launcher.py": ("return fn(x)", "return fn(list(x))")},
+            {"entry.py": ("return launch(kernel, x)", "return launch(kernel, tuple(x))")},
+        ]
+        for edit in host_edits:
+            new_code, new_source = hashes(**edit)
+            assert new_code == code and new_source != source, edit
+            source = new_source
+        device_edits: list[dict[str, tuple[str, str]]] = [
+            {"helper.py": ("x + 1", "x + 10")},
+            {"entry.py": ("SCALE = 2", "SCALE = 20")},
+            {"entry.py": ("'static_shapes': False", "'static_shapes': True")},
+            {"entry.py": ("* SCALE for", "* SCALE * 1 for")},
+        ]
+        for edit in device_edits:
+            new_code, _ = hashes(**edit)
+            assert new_code != code, edit
+            code = new_code
+    finally:
+        for name in [m for m in sys.modules if m.partition(".")[0] == "codepkg"]:
+            sys.modules.pop(name)
+        lookup.clear_caches()
+
+
 def _killed_mid_write(root: str, module_dir: str) -> None:
     """A promote killed (SIGKILL: no cleanup runs) after writing half of its temporary file."""
     import signal

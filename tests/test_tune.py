@@ -269,7 +269,7 @@ def test_tunes_each_kernel_writes_as_it_goes_and_judges_the_op(tmp_path):
     found = records(t)
     assert set(found) == {"fwd", "bwd"} and all(r["status"] == "tuned" for r in found.values())
     assert found["bwd"]["config"] == found["bwd"]["seeds"][0] and found["bwd"]["ms"] < found["bwd"]["baseline_ms"]
-    assert found["fwd"]["source_hash"] == lookup.source_hash("kernels.layernorm_gated:layer_norm_fwd_kernel")
+    assert found["fwd"]["code_hash"] == lookup.code_hash("kernels.layernorm_gated:layer_norm_fwd_kernel")
     static = {"static_shapes": True}  # the op runs the static-shape build each kernel was tuned on
     written = json.loads(outcome.config_path.read_text())
     assert written == {"fwd": {**found["fwd"]["config"], **static}, "bwd": {**found["bwd"]["config"], **static}}
@@ -377,9 +377,9 @@ def test_a_rerun_skips_what_is_current_and_a_changed_source_re_tunes(tmp_path, m
     t = tuner(tmp_path, again)
     assert t.run().status == "done" and again.seen == []
     assert any("judged before" in line for line in logged(t))
-    original = lookup.source_hash
+    original = lookup.code_hash
     edited = "kernels.layernorm_gated:layer_norm_bwd_kernel"
-    monkeypatch.setattr(lookup, "source_hash", lambda target: "edited" if target == edited else original(target))
+    monkeypatch.setattr(lookup, "code_hash", lambda target: "edited" if target == edited else original(target))
     path = t.folder / "kernels" / "bwd.json"
     best = {"block_sizes": [16, 1], "num_warps": 1}  # a config of no seed: as a search outside the grid finds
     path.write_text(json.dumps({**json.loads(path.read_text()), "config": best}))
