@@ -147,13 +147,15 @@ for step in $steps; do
         grep -E "^ +(error|note|ok  |FAIL)|passed|failed| in [0-9.]+ s$" "$OUT/long-$name.log" | tail -24 | cut -c1-300
         echo "long $name done at ${SECONDS} s"
       done ;;
-    trees)   # the SSD drop-in's step time (bench/diag/ssd_step_time.py, default configs) for this tree and each of
-             # TREES, source trees exported beside it (`git archive C kernels reference parity contract ops`), in one call
+    trees)   # the SSD drop-in's step time (bench/diag/ssd_step_time.py; TREES_ARGS, default --default-configs, e.g.
+             # "--ssd-config tuned/.../config.json --host-profile 5") for this tree and each of TREES, source trees
+             # exported beside it (`git archive C kernels reference parity contract ops`), in one call
       for tree in . ${TREES:-}; do
         name=$([ "$tree" = . ] && echo this || basename "$tree")
-        timeout "${TREES_TIMEOUT:-150}" python3 bench/diag/ssd_step_time.py --tree "$tree" --default-configs \
+        # shellcheck disable=SC2086
+        timeout "${TREES_TIMEOUT:-150}" python3 bench/diag/ssd_step_time.py --tree "$tree" ${TREES_ARGS:---default-configs} \
           --json "$OUT/step-time-$name.json" > "$OUT/step-time-$name.log" 2>&1 || status=1
-        grep -E "fwd\+bwd|all kernels" "$OUT/step-time-$name.log" | sed "s/^/$name /" | cut -c1-200
+        grep -E "fwd\+bwd|all kernels|host profile" "$OUT/step-time-$name.log" | sed "s/^/$name /" | cut -c1-200
       done ;;
     promote) # gate + promote a config already judged by the tuner, without tuning again: PROMOTE_OP, PROMOTE_CONFIG
              # (e.g. tuned/<gpu>/<op>/<dtype>-<hash>/config.json, when only a kernel source hash moved since)
