@@ -39,6 +39,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from diag.host import host_profile, issue_ms
+
 from parity import device as parity_device
 from parity.report import atomic_write
 from parity.results import stamped
@@ -113,19 +115,10 @@ def timed(fn: Callable[[], Any], dev: torch.device) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def host_ms(fn: Callable[[], Any], dev: torch.device, calls: int = 10) -> float | None:
-    """Milliseconds the host takes to issue one ``fn()`` (CUDA only): ``calls`` calls back to back after a
-    synchronize, timed by perf_counter without waiting for the device. Near the do_bench time, the call is bound
-    by the host (the device waits on launches); well below it, by the device."""
-    if dev.type != "cuda":
-        return None
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    issued = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return issued / calls * 1e3
+def host_ms(fn: Callable[[], Any], dev: torch.device) -> float | None:
+    """Milliseconds the host takes to issue one ``fn()`` (CUDA only, :func:`diag.host.issue_ms`). Near the do_bench
+    time, the call is bound by the host (the device waits on launches); well below it, by the device."""
+    return issue_ms(fn, torch.cuda.synchronize) if dev.type == "cuda" else None
 
 
 def peak_memory(fn: Callable[[], Any], dev: torch.device) -> dict[str, int]:
@@ -233,9 +226,12 @@ def mixer_backends(configs: dict[str, Any]) -> dict[str, Backend]:
     }
 
 
-def bench_mixer_backend(backend: Backend, inputs: dict[str, Any], dev: torch.device) -> dict[str, Any]:
+def bench_mixer_backend(
+    backend: Backend, inputs: dict[str, Any], dev: torch.device, profile_steps: int = 0
+) -> dict[str, Any]:
     """fwd_ms, fwd_bwd_ms and peak memory of one backend, plus its output and gradients (on the CPU, under
-    the "_values" key) for the comparison; {"error": ...} (with fwd_ms if the forward ran) if it raises."""
+    the "_values" key) for the comparison; {"error": ...} (with fwd_ms if the forward ran) if it raises. With
+    ``profile_steps`` (CUDA), where the host's time goes over that many forward+backward steps (``host_profile``)."""
     forward, fwd_bwd = mixer_step(backend, inputs)
     result: dict[str, Any] = {}
     try:
@@ -253,6 +249,8 @@ def bench_mixer_backend(backend: Backend, inputs: dict[str, Any], dev: torch.dev
         result.update(peak_memory(fwd_bwd, dev))
         result["fwd_bwd_ms"] = timed(fwd_bwd, dev)
         result["fwd_bwd_host_ms"] = host_ms(fwd_bwd, dev)
+        if profile_steps and dev.type == "cuda":
+            result["host_profile"] = host_profile(fwd_bwd, profile_steps, torch.cuda.synchronize)
     except Exception as exc:
         result["error"] = f"fwd+bwd: {_error(exc)}"
     result["_values"] = values
@@ -260,18 +258,21 @@ def bench_mixer_backend(backend: Backend, inputs: dict[str, Any], dev: torch.dev
 
 
 def bench_mixer(
-    shape: dict[str, Any], dtype: torch.dtype, dev: torch.device, configs: dict[str, Any]
+    shape: dict[str, Any], dtype: torch.dtype, dev: torch.device, configs: dict[str, Any], profile_steps: int = 0
 ) -> dict[str, Any]:
     """Both backends (mamba first, so the baseline is measured even if a Helion kernel breaks the device),
-    speedups helion vs mamba, peak-memory ratio and output/gradient differences."""
+    speedups helion vs mamba, peak-memory ratio and output/gradient differences (``profile_steps``: see
+    :func:`bench_mixer_backend`)."""
     inputs = mixer_inputs(shape, dtype, dev)
     backends = mixer_backends(configs)
     results: dict[str, dict[str, Any]] = {}
     for name, backend in backends.items():
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-        results[name] = bench_mixer_backend(backend, inputs, dev)
-        shown = {k: v for k, v in results[name].items() if k != "_values"}
+        if profile_steps:
+            print(f"mixer {name}:", flush=True)
+        results[name] = bench_mixer_backend(backend, inputs, dev, profile_steps)
+        shown = {k: v for k, v in results[name].items() if k not in ("_values", "host_profile")}
         print(f"mixer {name}: {json.dumps(shown)}", flush=True)
     ours, theirs = results["helion"], results["mamba"]
     ours_v, theirs_v = ours.pop("_values", {}), theirs.pop("_values", {})
@@ -492,6 +493,9 @@ def main() -> int:
         default=None,
         help="JSON file with the Helion gated-norm config (default: the promoted one, else fallbacks)",
     )
+    parser.add_argument(
+        "--host-profile", type=int, default=0, metavar="N", help="where each backend's host time goes, over N steps"
+    )
     args = parser.parse_args()
     configs = {"ssd": load_config(args.ssd_config), "norm": load_config(args.norm_config)}
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -506,7 +510,7 @@ def main() -> int:
         print("mixer: warning: CPU times are one interpreted call each, only a smoke test", file=sys.stderr)
     torch.manual_seed(0)
     ceil = _ceilings() if dev.type == "cuda" else None
-    mixer = bench_mixer(shape, dtype, dev, configs)
+    mixer = bench_mixer(shape, dtype, dev, configs, args.host_profile)
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     norm = bench_norm_bwd(shape, dtype, dev, ceil, configs["norm"])

@@ -1,8 +1,8 @@
 """Diagnostic: the Helion SSD drop-in's forward and forward+backward time at the Nemotron mixer shape (bf16; default,
 promoted or given configs), the host's time to issue them, and its forward+backward GPU time kernel by kernel, for
 the source tree given with ``--tree`` (e.g. an exported older commit), so that a regression is found by comparing
-trees in one GPU session. ``--host-profile N`` adds where the host's time goes (cProfile over N forward+backward
-calls: the forward on this thread, the backward on autograd's device thread, each function's own time per call).
+trees in one GPU session. ``--host-profile N`` adds where the host's time goes (``host.host_profile``, N
+forward+backward calls).
 
     python bench/diag/ssd_step_time.py --tree /tmp/tree-abc123 --ssd-config tuned/<gpu>/ssd_combined/<key>/config.json
 """
@@ -10,14 +10,12 @@ calls: the forward on this thread, the backward on autograd's device thread, eac
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
-import pstats
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from host import host_profile, issue_ms
 
 
 def main() -> int:
@@ -77,9 +75,7 @@ def main() -> int:
         flush=True,
     )
     if args.host_profile:
-        import kernels.ssd_combined_bwd as backward
-
-        result["host_profile"] = host_profile(forward, fwd_bwd, backward, args.host_profile, torch.cuda.synchronize)
+        result["host_profile"] = host_profile(fwd_bwd, args.host_profile, torch.cuda.synchronize)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(args.iters):
             fwd_bwd()
@@ -95,77 +91,6 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0
-
-
-def issue_ms(fn: Callable[[], Any], synchronize: Callable[[], None], calls: int = 10) -> float:
-    """Milliseconds the host takes to issue one ``fn()``: ``calls`` calls back to back after a synchronize, timed
-    without waiting for the device (near the do_bench time, the step is bound by the host)."""
-    synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    issued = time.perf_counter() - start
-    synchronize()
-    return issued / calls * 1e3
-
-
-def host_profile(
-    forward: Callable[[], Any],
-    fwd_bwd: Callable[[], None],
-    backward: Any,
-    calls: int,
-    synchronize: Callable[[], None],
-    top: int = 25,
-) -> dict[str, list[dict[str, Any]]]:
-    """The host's time by function: ``calls`` forwards profiled on this thread, then ``calls`` forward+backward
-    steps with a profiler enabled only around ``backward.ssd_combined_bwd``, which autograd runs on its device
-    thread (one profiler at a time: Python 3.12's cProfile is process-wide and refuses a second). Each function's
-    own time and calls per step, the ``top`` largest first."""
-    ahead, behind = cProfile.Profile(), cProfile.Profile()
-    synchronize()
-    ahead.enable()
-    try:
-        for _ in range(calls):
-            forward()
-    finally:
-        ahead.disable()
-    original = backward.ssd_combined_bwd
-
-    def profiled(*args: Any, **kwargs: Any) -> Any:
-        behind.enable()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            behind.disable()
-
-    backward.ssd_combined_bwd = profiled
-    synchronize()
-    try:
-        for _ in range(calls):
-            fwd_bwd()
-    finally:
-        backward.ssd_combined_bwd = original
-    synchronize()
-    tables = {}
-    for name, profiler in (("forward", ahead), ("backward (ssd_combined_bwd)", behind)):
-        rows = []
-        for (path, line, function), (_, ncalls, own, cumulative, _) in pstats.Stats(profiler).stats.items():  # type: ignore[attr-defined]
-            where = f"{Path(path).name}:{line}({function})" if line else function
-            rows.append(
-                {
-                    "function": where,
-                    "calls": ncalls / calls,
-                    "own_us": own / calls * 1e6,
-                    "cumulative_us": cumulative / calls * 1e6,
-                }
-            )
-        rows.sort(key=lambda row: -row["own_us"])
-        print(f"host profile, {name}: {sum(r['own_us'] for r in rows):.0f} us per step under cProfile")
-        for row in rows[:top]:
-            own, cumulative, count = row["own_us"], row["cumulative_us"], row["calls"]
-            print(f"  {own:8.1f} us own {cumulative:8.1f} us cum {count:6.1f}x  {row['function'][:90]}")
-        tables[name] = rows[:top]
-    return tables
 
 
 if __name__ == "__main__":
