@@ -29,6 +29,7 @@ import importlib.metadata
 import importlib.util
 import json
 import platform
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -38,8 +39,9 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # host_time, also when a test loads this file
 
-from diag.host import host_profile, issue_ms
+from host_time import host_profile, issue_ms
 
 from parity import device as parity_device
 from parity.report import atomic_write
@@ -116,7 +118,7 @@ def timed(fn: Callable[[], Any], dev: torch.device) -> float:
 
 
 def host_ms(fn: Callable[[], Any], dev: torch.device) -> float | None:
-    """Milliseconds the host takes to issue one ``fn()`` (CUDA only, :func:`diag.host.issue_ms`). Near the do_bench
+    """Milliseconds the host takes to issue one ``fn()`` (CUDA only, :func:`host_time.issue_ms`). Near the do_bench
     time, the call is bound by the host (the device waits on launches); well below it, by the device."""
     return issue_ms(fn, torch.cuda.synchronize) if dev.type == "cuda" else None
 
@@ -146,6 +148,12 @@ def _max_abs_diffs(ours: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor
 
 def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num is not None and den else None
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    """The median of the values that were measured (None: a CPU run's host time)."""
+    measured = sorted(v for v in values if v is not None)
+    return statistics.median(measured) if measured else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,12 +234,9 @@ def mixer_backends(configs: dict[str, Any]) -> dict[str, Backend]:
     }
 
 
-def bench_mixer_backend(
-    backend: Backend, inputs: dict[str, Any], dev: torch.device, profile_steps: int = 0
-) -> dict[str, Any]:
+def bench_mixer_backend(backend: Backend, inputs: dict[str, Any], dev: torch.device) -> dict[str, Any]:
     """fwd_ms, fwd_bwd_ms and peak memory of one backend, plus its output and gradients (on the CPU, under
-    the "_values" key) for the comparison; {"error": ...} (with fwd_ms if the forward ran) if it raises. With
-    ``profile_steps`` (CUDA), where the host's time goes over that many forward+backward steps (``host_profile``)."""
+    the "_values" key) for the comparison; {"error": ...} (with fwd_ms if the forward ran) if it raises."""
     forward, fwd_bwd = mixer_step(backend, inputs)
     result: dict[str, Any] = {}
     try:
@@ -249,32 +254,60 @@ def bench_mixer_backend(
         result.update(peak_memory(fwd_bwd, dev))
         result["fwd_bwd_ms"] = timed(fwd_bwd, dev)
         result["fwd_bwd_host_ms"] = host_ms(fwd_bwd, dev)
-        if profile_steps and dev.type == "cuda":
-            result["host_profile"] = host_profile(fwd_bwd, profile_steps, torch.cuda.synchronize)
     except Exception as exc:
         result["error"] = f"fwd+bwd: {_error(exc)}"
     result["_values"] = values
     return result
 
 
+TIMED = ("fwd_ms", "fwd_host_ms", "fwd_bwd_ms", "fwd_bwd_host_ms")
+"""The per-round timings of a backend (:func:`bench_mixer`'s rounds)."""
+
+
 def bench_mixer(
-    shape: dict[str, Any], dtype: torch.dtype, dev: torch.device, configs: dict[str, Any], profile_steps: int = 0
+    shape: dict[str, Any],
+    dtype: torch.dtype,
+    dev: torch.device,
+    configs: dict[str, Any],
+    rounds: int = 1,
+    profile_steps: int = 0,
 ) -> dict[str, Any]:
     """Both backends (mamba first, so the baseline is measured even if a Helion kernel breaks the device),
-    speedups helion vs mamba, peak-memory ratio and output/gradient differences (``profile_steps``: see
-    :func:`bench_mixer_backend`)."""
+    speedups helion vs mamba, peak-memory ratio and output/gradient differences.
+
+    ``rounds``: the timings are taken that many times, the backends alternating round by round, and each is the
+    median (every round's value kept under "rounds", and each round's speedups): a host-bound step's time moves
+    between runs and machines (``bench/results/h200-run36``, calls 4 and 7). ``profile_steps`` (CUDA): after the
+    rounds, where each backend's host time goes over that many forward+backward steps (``host_time``)."""
     inputs = mixer_inputs(shape, dtype, dev)
     backends = mixer_backends(configs)
     results: dict[str, dict[str, Any]] = {}
     for name, backend in backends.items():
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-        if profile_steps:
-            print(f"mixer {name}:", flush=True)
-        results[name] = bench_mixer_backend(backend, inputs, dev, profile_steps)
-        shown = {k: v for k, v in results[name].items() if k not in ("_values", "host_profile")}
+        results[name] = bench_mixer_backend(backend, inputs, dev)
+        shown = {k: v for k, v in results[name].items() if k != "_values"}
         print(f"mixer {name}: {json.dumps(shown)}", flush=True)
+    steps = {name: mixer_step(backends[name], inputs) for name, r in results.items() if "error" not in r}
+    for result in results.values():
+        result["rounds"] = {key: [result[key]] for key in TIMED if key in result}
+    for _ in range(rounds - 1):
+        for name, (forward, fwd_bwd) in steps.items():
+            for key, fn in (("fwd_ms", forward), ("fwd_bwd_ms", fwd_bwd)):
+                results[name]["rounds"][key].append(timed(fn, dev))
+                results[name]["rounds"][key.replace("_ms", "_host_ms")].append(host_ms(fn, dev))
+    for result in results.values():
+        result.update({key: _median(values) for key, values in result["rounds"].items()})
+    for name, (_, fwd_bwd) in steps.items() if profile_steps and dev.type == "cuda" else ():
+        print(f"mixer {name}:", flush=True)
+        results[name]["host_profile"] = host_profile(fwd_bwd, profile_steps, torch.cuda.synchronize)
     ours, theirs = results["helion"], results["mamba"]
+    paired = {
+        f"speedup_{key.removesuffix('_ms')}_rounds": [
+            _ratio(a, b) for a, b in zip(theirs["rounds"].get(key, []), ours["rounds"].get(key, []), strict=False)
+        ]
+        for key in ("fwd_ms", "fwd_bwd_ms")
+    }
     ours_v, theirs_v = ours.pop("_values", {}), theirs.pop("_values", {})
     return {
         "problem": {
@@ -290,6 +323,7 @@ def bench_mixer(
         "backends": results,
         "speedup_fwd": _ratio(theirs.get("fwd_ms"), ours.get("fwd_ms")),
         "speedup_fwd_bwd": _ratio(theirs.get("fwd_bwd_ms"), ours.get("fwd_bwd_ms")),
+        **paired,
         "peak_mem_ratio": _ratio(ours.get("peak_mem_bytes"), theirs.get("peak_mem_bytes")),
         "max_abs_diff_helion_vs_mamba": _max_abs_diffs(ours_v, theirs_v),
         "mamba_max_abs": {k: float(v.float().abs().max()) for k, v in theirs_v.items()},
@@ -441,6 +475,14 @@ def print_report(mixer: dict[str, Any], norm: dict[str, Any], targets: dict[str,
         line = f"  {name:8} {_fmt(r.get('fwd_ms'))} {_fmt(r.get('fwd_bwd_ms'))} {_fmt(peak, '9.0f')}"
         line += f" {_fmt(r.get('fwd_host_ms'))} {_fmt(r.get('fwd_bwd_host_ms'))}"
         print(line + (f"  error: {r['error'][:100]}" if "error" in r else ""))
+    for name, r in mixer["backends"].items():
+        spread = {k: [v for v in r.get("rounds", {}).get(k, []) if v is not None] for k in TIMED}
+        if len(spread["fwd_bwd_ms"]) > 1:
+            shown = ", ".join(f"{k.removesuffix('_ms')} {min(v):.3f}-{max(v):.3f}" for k, v in spread.items() if v)
+            print(f"  {name:8} {len(spread['fwd_bwd_ms'])} rounds (the table: medians): {shown}")
+    per_round = [f"{x:.2f}x" for x in mixer.get("speedup_fwd_bwd_rounds", []) if x is not None]
+    if len(per_round) > 1:
+        print(f"  fwd+bwd speedup per round: {' '.join(per_round)}")
     t = targets
     print(
         f"  speedup helion/mamba: fwd {_times(mixer['speedup_fwd'])} (target >= {t['mixer_fwd_speedup']['target']}x: "
@@ -494,6 +536,9 @@ def main() -> int:
         help="JSON file with the Helion gated-norm config (default: the promoted one, else fallbacks)",
     )
     parser.add_argument(
+        "--rounds", type=int, default=None, help="timing rounds, backends alternating (default: 5 on CUDA, 1 on CPU)"
+    )
+    parser.add_argument(
         "--host-profile", type=int, default=0, metavar="N", help="where each backend's host time goes, over N steps"
     )
     args = parser.parse_args()
@@ -510,7 +555,11 @@ def main() -> int:
         print("mixer: warning: CPU times are one interpreted call each, only a smoke test", file=sys.stderr)
     torch.manual_seed(0)
     ceil = _ceilings() if dev.type == "cuda" else None
-    mixer = bench_mixer(shape, dtype, dev, configs, args.host_profile)
+    rounds = args.rounds or (5 if dev.type == "cuda" else 1)
+    if rounds < 1:
+        print(f"mixer: --rounds must be at least 1, got {rounds}", file=sys.stderr)
+        return 2
+    mixer = bench_mixer(shape, dtype, dev, configs, rounds, args.host_profile)
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     norm = bench_norm_bwd(shape, dtype, dev, ceil, configs["norm"])

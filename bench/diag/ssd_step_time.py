@@ -1,7 +1,7 @@
 """Diagnostic: the Helion SSD drop-in's forward and forward+backward time at the Nemotron mixer shape (bf16; default,
 promoted or given configs), the host's time to issue them, and its forward+backward GPU time kernel by kernel, for
 the source tree given with ``--tree`` (e.g. an exported older commit), so that a regression is found by comparing
-trees in one GPU session. ``--host-profile N`` adds where the host's time goes (``host.host_profile``, N
+trees in one GPU session. ``--host-profile N`` adds where the host's time goes (``host_time.host_profile``, N
 forward+backward calls).
 
     python bench/diag/ssd_step_time.py --tree /tmp/tree-abc123 --ssd-config tuned/<gpu>/ssd_combined/<key>/config.json
@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from host import host_profile, issue_ms
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: host_time
+from host_time import host_profile, issue_ms
 
 
 def main() -> int:
