@@ -126,8 +126,9 @@ def source_hash(target: str) -> str:
 
 
 _CONSTANTS = (int, float, complex, str, bytes, bool, type(None), tuple, list, dict)
-"""Types of the module-level values :func:`code_hash` takes by their repr (a value of another type of the package
-is taken by its type's name: its repr may hold an address)."""
+"""Types of the module-level values :func:`code_hash` takes by their repr. A value of a type of the package is taken
+by its type's source and its repr, unless that repr holds an address; a value of any other type by nothing (the
+library versions cover it)."""
 
 
 @functools.cache
@@ -166,7 +167,9 @@ def code_hash(target: str) -> str:
                 if getattr(value, "__module__", "").partition(".")[0] == top:
                     stack.append(value)
             elif getattr(type(value), "__module__", "").partition(".")[0] == top:
-                digest.update(f"{ref}={type(value).__qualname__}\0".encode())
+                stack.append(type(value))
+                shown = repr(value)
+                digest.update(f"{ref}={type(value).__qualname__}{'' if ' at 0x' in shown else shown}\0".encode())
             elif isinstance(value, _CONSTANTS) or type(value).__module__ == "torch":
                 digest.update(f"{ref}={value!r}\0".encode())
     return digest.hexdigest()

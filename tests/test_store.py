@@ -219,12 +219,16 @@ def test_a_kernels_code_hash_follows_its_device_code_not_the_host_code_around_it
     package.mkdir()
     (package / "__init__.py").write_text("")
     files = {
-        "helper.py": "def helper(x):\n    return x + 1\n",
+        "helper.py": (
+            "def helper(x):\n    return x + 1\n\n\nclass Block:\n    def __init__(self, n):\n        self.n = n\n\n"
+            "    def __repr__(self):\n        return f'Block({self.n})'\n"
+        ),
         "launcher.py": "def launch(fn, x):\n    return fn(x)\n",
         "entry.py": (
-            "from codepkg.helper import helper\nfrom codepkg.launcher import launch\n\nSCALE = 2\n"
+            "from codepkg.helper import Block, helper\nfrom codepkg.launcher import launch\n\nSCALE = 2\n"
+            "BLOCK = Block(16)\n"
             "SETTINGS = {'static_shapes': False}\n\n\ndef deco(**settings):\n    return lambda fn: fn\n\n\n"
-            "@deco(**SETTINGS)\ndef kernel(x):\n    return [helper(v) * SCALE for v in x]\n\n\n"
+            "@deco(**SETTINGS)\ndef kernel(x):\n    return [helper(v) * SCALE + BLOCK.n for v in x]\n\n\n"
             "def host(x):\n    return launch(kernel, x)\n"
         ),
     }
@@ -255,7 +259,9 @@ def test_a_kernels_code_hash_follows_its_device_code_not_the_host_code_around_it
             {"helper.py": ("x + 1", "x + 10")},
             {"entry.py": ("SCALE = 2", "SCALE = 20")},
             {"entry.py": ("'static_shapes': False", "'static_shapes': True")},
-            {"entry.py": ("* SCALE for", "* SCALE * 1 for")},
+            {"entry.py": ("Block(16)", "Block(32)")},
+            {"helper.py": ("self.n = n", "self.n = n + 0")},
+            {"entry.py": ("* SCALE + BLOCK.n for", "* SCALE * 1 + BLOCK.n for")},
         ]
         for edit in device_edits:
             new_code, _ = hashes(**edit)
