@@ -521,8 +521,8 @@ class Tuner:
         return found
 
     def run(self, *, only: Sequence[str] = (), force: bool = False, plan: bool = False) -> Outcome:
-        """Capture, then (unless ``plan``) establish the baseline's trust, tune each kernel not tuned yet (only
-        ``only`` if given; every one with ``force``), and judge the assembled config."""
+        """Capture, then (unless ``plan``) establish the baseline's trust (when a kernel is to be searched), tune each
+        kernel not tuned yet (only ``only`` if given; every one with ``force``), and judge the assembled config."""
         inputs = make_inputs(self.spec, self.problem, self.dtype, 0, self.device)
         seeds = self.names_and_seeds(inputs)
         unknown = sorted(set(only) - set(seeds))
@@ -571,24 +571,29 @@ class Tuner:
             )
         if plan:
             return Outcome("planned", kernels=list(records.values()))
-        trust = self.judge({}, "the default configs (the baseline's trust)")
-        if trust is None:
-            return Outcome("incomplete", kernels=list(records.values()))
-        if not trust["passed"]:
-            return Outcome("untrusted", list(records.values()), [trust], note="the op fails with its default configs")
+        trust: dict[str, Any] | None = None
+        if todo:  # the searches' baseline; with none to run, the judgement of the tuned configs is what counts
+            trust = self.judge({}, "the default configs (the baseline's trust)")
+            if trust is None:
+                return Outcome("incomplete", kernels=list(records.values()))
+            if not trust["passed"]:
+                note = "the op fails with its default configs"
+                return Outcome("untrusted", list(records.values()), [trust], note=note)
+        else:
+            self._say("no kernel to search: the baseline's trust is not judged")
         tolerance = kernel_tolerance(self.tolerances, self.spec.name, self.dtype)
         if self.gpus > 1 and len(todo) > 1:
             self._spread(todo, records)
             todo = []  # tuned there
         for number, launch in enumerate(todo, start=1):
             if self._out_of_time(self._search_seconds(launch.name), f"{launch.name} ({len(todo) - number + 1} left)"):
-                return Outcome("incomplete", list(records.values()), [trust])
+                return Outcome("incomplete", list(records.values()), [trust] if trust else [])
             self._say(f"tuning {launch.name} ({number}/{len(todo)})")
             records[launch.name] = self.tune_kernel(launch, seeds[launch.name], tolerance)
         left = [n for n in launches if n not in records]
         if left:
             self._say(f"not tuned yet: {', '.join(left)}; run again (without --kernel) to finish and judge the op")
-            return Outcome("incomplete", list(records.values()), [trust])
+            return Outcome("incomplete", list(records.values()), [trust] if trust else [])
         return self.assemble(records, trust)
 
     def _spread(self, todo: Sequence[Launch], records: dict[str, dict[str, Any]]) -> None:
@@ -775,7 +780,7 @@ class Tuner:
         tuned = [float(r.get("seconds", 0.0)) for r in stored if r.get("config")]
         return max(tuned or [float(r.get("seconds", 0.0)) for r in stored], default=0.0)
 
-    def assemble(self, records: dict[str, dict[str, Any]], trust: dict[str, Any]) -> Outcome:
+    def assemble(self, records: dict[str, dict[str, Any]], trust: dict[str, Any] | None) -> Outcome:
         """Judge every tuned kernel config that is faster than its default together; if that fails, add them one
         at a time to the defaults (the largest time saved first), rejecting each form that fails (a kernel's
         config as searched, then its per-operation lists as their most common entry: :func:`_forms`)."""
@@ -791,7 +796,7 @@ class Tuner:
             else:
                 self._say(f"{name}: not faster than its default config: left out")
         order = sorted(gains, key=lambda n: -gains[n])
-        judged = [trust]
+        judged = [trust] if trust else []
         config = {n: candidates[n][0] for n in order}
         verdict = self.judge(config, f"the tuned configs of {len(config)} kernels") if config else None
         if config and verdict is None:

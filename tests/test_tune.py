@@ -391,6 +391,24 @@ def test_a_rerun_skips_what_is_current_and_a_changed_source_re_tunes(tmp_path, m
     assert records(t)["bwd"]["seeds"][0] == best  # the re-tune starts from the stale record's best
 
 
+def test_a_host_code_edit_judges_the_tuned_configs_again_without_the_trust_or_a_search(tmp_path, monkeypatch):
+    """An edit outside the kernels' device code (the launcher, the op's glue) moves the op's source hash, not a
+    kernel's code hash: the run searches nothing, skips the trust (it is the searches' baseline) and judges the
+    tuned configs again, which the promote gate then checks."""
+    assert tuner(tmp_path, SeedSearch()).run().status == "done"
+    original = lookup.source_hash
+    monkeypatch.setattr(
+        lookup, "source_hash", lambda target: "edited" if target.startswith("kernels.") else original(target)
+    )
+    again = SeedSearch()
+    t = tuner(tmp_path, again)
+    outcome = t.run()
+    assert outcome.status == "done" and again.seen == []
+    assert any("no kernel to search: the baseline's trust is not judged" in line for line in logged(t))
+    assert not any("judging the default configs" in line or "judged before" in line for line in logged(t))
+    assert [j["source_hash"] for j in outcome.judged] == ["edited"] and all(j["config"] for j in outcome.judged)
+
+
 def test_same_search_re_tunes_what_another_search_found_once(tmp_path):
     """``--same-search`` with a new budget: each kernel found with the old one is tuned again, and a run with the
     same settings after it searches nothing (resumable, unlike ``--force``); without it the old records stand."""
