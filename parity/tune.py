@@ -502,9 +502,11 @@ class Tuner:
         return dataclasses.replace(self.settings, benchmark_subprocess=True)
 
     def _earlier_bests(self, name: str) -> list[tuple[str | None, dict[str, Any]]]:
-        """(where, config) of the best configs found for kernel ``name`` of this op, problem and dtype before, stale
-        ones too (a search starts from them; it does not trust them): this device's last (where None) first, then
-        each other GPU's of the same architecture (``-sm90``: the same SMs, so its best is a good start here)."""
+        """(where, config) of the best configs found for kernel ``name`` of this op and dtype before, stale ones too
+        (a search starts from them; it does not trust them): this device's last at this problem (where None) first,
+        then each other GPU's of the same architecture (``-sm90``: the same SMs, so its best is a good start here),
+        then this device's at the op's other problems (another shape bucket: its tiles may not fit this one, and a
+        seed that does not is dropped)."""
         own = lookup.device_key(self.device)
         arch = own.rpartition("-")[2]
         others = sorted(
@@ -512,9 +514,17 @@ class Tuner:
             for path in (self.out.iterdir() if self.out.is_dir() else ())
             if path.is_dir() and path.name != own and arch.startswith("sm") and path.name.endswith(f"-{arch}")
         )
+        here = self.folder.relative_to(self.out / own)
+        folders: list[tuple[str | None, Path]] = [(None, self.folder)]
+        folders += [(where, self.out / where / here) for where in others]
+        shapes = sorted(
+            path
+            for path in self.folder.parent.glob(f"{dtype_name(self.dtype)}-*")
+            if path.is_dir() and path != self.folder
+        )
+        folders += [(f"the {path.name} tuning", path) for path in shapes]
         found: list[tuple[str | None, dict[str, Any]]] = []
-        for where in [None, *others]:
-            folder = self.folder if where is None else self.out / where / self.folder.relative_to(self.out / own)
+        for where, folder in folders:
             record = _read(folder / "kernels" / f"{name}.json") or {}
             if record.get("status") == "tuned" and isinstance(record.get("config"), dict):
                 found.append((where, dict(record["config"])))

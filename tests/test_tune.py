@@ -537,6 +537,24 @@ def test_a_first_search_on_a_gpu_starts_from_the_best_found_on_another_of_its_ar
     assert seeds[0] == bests["gpu-a-sm90"] and bests["gpu-c-sm80"] not in seeds
 
 
+def test_a_new_shape_bucket_starts_each_search_from_the_best_found_at_another_shape(tmp_path):
+    """Tuning the op at a second problem (another shape bucket) on the same device searches every kernel again (a
+    record of the first problem is not this one's), each search starting from that kernel's best at the first."""
+    first = tuner(tmp_path, SeedSearch())
+    assert first.run().status == "done"
+    best = {"block_sizes": [16, 1], "num_warps": 1}
+    path = first.folder / "kernels" / "bwd.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "config": best}))
+    wider = dataclasses.replace(NORM_SPEC, training_problems=({**NORM, "rows": NORM["rows"] * 2},))
+    search = SeedSearch()
+    t = tuner(tmp_path, search, spec=wider)
+    assert t.folder != first.folder and t.folder.parent == first.folder.parent
+    assert t.run().status == "done" and search.seen == ["layer_norm_fwd_kernel", "layer_norm_bwd_kernel"]
+    tag = f"the {first.folder.name} tuning's best seeded"
+    assert any("plan bwd:" in line and tag in line for line in logged(t))
+    assert records(t)["bwd"]["seeds"][0] == best
+
+
 def test_force_with_kernel_re_tunes_that_kernel_and_keeps_the_others(tmp_path):
     """``--force --kernel bwd`` (a search that failed, say) searches bwd alone and judges the op with fwd's record."""
     assert tuner(tmp_path, SeedSearch()).run().status == "done"
