@@ -542,6 +542,13 @@ def main() -> int:
         "--host-profile", type=int, default=0, metavar="N", help="where each backend's host time goes, over N steps"
     )
     args = parser.parse_args()
+    rounds = args.rounds if args.rounds is not None else 5 if args.device == "cuda" else 1
+    if rounds < 1 or args.host_profile < 0:
+        print(
+            f"mixer: --rounds must be at least 1 and --host-profile at least 0, got {rounds}, {args.host_profile}",
+            file=sys.stderr,
+        )
+        return 2
     configs = {"ssd": load_config(args.ssd_config), "norm": load_config(args.norm_config)}
     if args.device == "cuda" and not torch.cuda.is_available():
         print("mixer: needs a CUDA GPU (or --device cpu --shape tiny for a smoke test)", file=sys.stderr)
@@ -555,10 +562,6 @@ def main() -> int:
         print("mixer: warning: CPU times are one interpreted call each, only a smoke test", file=sys.stderr)
     torch.manual_seed(0)
     ceil = _ceilings() if dev.type == "cuda" else None
-    rounds = args.rounds or (5 if dev.type == "cuda" else 1)
-    if rounds < 1:
-        print(f"mixer: --rounds must be at least 1, got {rounds}", file=sys.stderr)
-        return 2
     mixer = bench_mixer(shape, dtype, dev, configs, rounds, args.host_profile)
     if dev.type == "cuda":
         torch.cuda.empty_cache()

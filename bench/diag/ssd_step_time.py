@@ -33,6 +33,9 @@ def main() -> int:
     configs.add_argument("--ssd-config", type=Path, help="JSON file with the SSD config to run (no store lookup)")
     parser.add_argument("--host-profile", type=int, default=0, metavar="N", help="cProfile N forward+backward calls")
     args = parser.parse_args()
+    if args.host_profile < 0:
+        print(f"ssd_step_time: --host-profile must be at least 0, got {args.host_profile}", file=sys.stderr)
+        return 2
     sys.path.insert(0, str(args.tree.resolve()))
 
     import torch
