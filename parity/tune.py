@@ -581,14 +581,16 @@ class Tuner:
             )
         if plan:
             return Outcome("planned", kernels=list(records.values()))
-        trust: dict[str, Any] | None = None
+        judged: list[dict[str, Any]] = []  # the trust's verdict, when judged
         if todo:  # the searches' baseline; with none to run, the judgement of the tuned configs is what counts
             trust = self.judge({}, "the default configs (the baseline's trust)")
             if trust is None:
                 return Outcome("incomplete", kernels=list(records.values()))
+            judged.append(trust)
             if not trust["passed"]:
-                note = "the op fails with its default configs"
-                return Outcome("untrusted", list(records.values()), [trust], note=note)
+                return Outcome(
+                    "untrusted", list(records.values()), judged, note="the op fails with its default configs"
+                )
         else:
             self._say("no kernel to search: the baseline's trust is not judged")
         tolerance = kernel_tolerance(self.tolerances, self.spec.name, self.dtype)
@@ -597,14 +599,14 @@ class Tuner:
             todo = []  # tuned there
         for number, launch in enumerate(todo, start=1):
             if self._out_of_time(self._search_seconds(launch.name), f"{launch.name} ({len(todo) - number + 1} left)"):
-                return Outcome("incomplete", list(records.values()), [trust] if trust else [])
+                return Outcome("incomplete", list(records.values()), judged)
             self._say(f"tuning {launch.name} ({number}/{len(todo)})")
             records[launch.name] = self.tune_kernel(launch, seeds[launch.name], tolerance)
         left = [n for n in launches if n not in records]
         if left:
             self._say(f"not tuned yet: {', '.join(left)}; run again (without --kernel) to finish and judge the op")
-            return Outcome("incomplete", list(records.values()), [trust] if trust else [])
-        return self.assemble(records, trust)
+            return Outcome("incomplete", list(records.values()), judged)
+        return self.assemble(records, judged)
 
     def _spread(self, todo: Sequence[Launch], records: dict[str, dict[str, Any]]) -> None:
         """Deal the kernels of ``todo`` round robin to the GPUs, tune them there at once (:func:`spread`), and
@@ -790,10 +792,11 @@ class Tuner:
         tuned = [float(r.get("seconds", 0.0)) for r in stored if r.get("config")]
         return max(tuned or [float(r.get("seconds", 0.0)) for r in stored], default=0.0)
 
-    def assemble(self, records: dict[str, dict[str, Any]], trust: dict[str, Any] | None) -> Outcome:
+    def assemble(self, records: dict[str, dict[str, Any]], judged: list[dict[str, Any]]) -> Outcome:
         """Judge every tuned kernel config that is faster than its default together; if that fails, add them one
         at a time to the defaults (the largest time saved first), rejecting each form that fails (a kernel's
-        config as searched, then its per-operation lists as their most common entry: :func:`_forms`)."""
+        config as searched, then its per-operation lists as their most common entry: :func:`_forms`). ``judged``:
+        the verdicts so far (the trust's, when judged), extended with each made here."""
         candidates: dict[str, list[dict[str, Any]]] = {}
         gains = {}
         for name, record in records.items():
@@ -806,7 +809,6 @@ class Tuner:
             else:
                 self._say(f"{name}: not faster than its default config: left out")
         order = sorted(gains, key=lambda n: -gains[n])
-        judged = [trust] if trust else []
         config = {n: candidates[n][0] for n in order}
         verdict = self.judge(config, f"the tuned configs of {len(config)} kernels") if config else None
         if config and verdict is None:
