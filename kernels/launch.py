@@ -26,6 +26,7 @@ promote gate without it: ``bench/results/h200-run35/call3``)."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import warnings
@@ -71,12 +72,49 @@ def as_config(config: helion.Config | Mapping[str, Any]) -> helion.Config:
     return config if isinstance(config, helion.Config) else helion.Config(**dict(config))
 
 
-def _signature(value: Any) -> Hashable:
-    """What a static-shape Helion kernel specializes on: a tensor's dtype, shape, strides, device and 16-byte
-    alignment; any other argument's value."""
-    if isinstance(value, torch.Tensor):
-        return (value.dtype, tuple(value.shape), value.stride(), value.device, value.data_ptr() % 16 == 0)
-    return value
+def _arguments_key(args: tuple[Any, ...]) -> tuple[tuple[Hashable, ...], bool]:
+    """(what a static-shape Helion kernel specializes on, argument by argument: a tensor's dtype, shape, strides,
+    device, 16-byte alignment and the first argument it aliases, any other argument's value; whether a tensor has a
+    size-1 dimension), in one pass: :func:`launch` runs it on every call."""
+    key: list[Hashable] = []
+    pointers: list[int] = []
+    size_one = False
+    for value in args:
+        if isinstance(value, torch.Tensor):
+            pointer, shape = value.data_ptr(), value.shape
+            alias = pointers.index(pointer) if pointer in pointers else len(pointers)
+            key.append((value.dtype, shape, value.stride(), value.device, pointer % 16 == 0, alias))
+            pointers.append(pointer)
+            size_one = size_one or 1 in shape
+        else:
+            key.append(value)
+    return tuple(key), size_one
+
+
+_FIELDS: dict[int, tuple[Any, Any, dict[str, Any], bool, str]] = {}
+"""Per config object (by id): the object (kept, so that its id is not reused), a deep copy (a config changed in
+place is read again), its fields without :data:`STATIC`, whether it asks for the static build, and its cache key.
+Cleared when it reaches :data:`_FIELDS_MAX` entries (a caller that builds a new dict per call)."""
+
+_FIELDS_MAX = 4096
+
+
+def _fields(config: ConfigLike) -> tuple[dict[str, Any], bool, str]:
+    """(the config's fields without :data:`STATIC`, whether it asks for the static build, its cache key), read once
+    per config object: the drop-ins pass the same promoted dicts on every call. Don't mutate the fields."""
+    if config is None:
+        return {}, False, "{}"
+    plain = config if type(config) is dict else dict(config)
+    hit = _FIELDS.get(id(config))
+    if hit is not None and hit[0] is config and hit[1] == plain:
+        return hit[2], hit[3], hit[4]
+    fields = dict(plain)
+    wants_static = bool(fields.pop(STATIC, False))
+    key = json.dumps(fields, sort_keys=True, default=str)
+    if len(_FIELDS) >= _FIELDS_MAX:
+        _FIELDS.clear()
+    _FIELDS[id(config)] = (config, copy.deepcopy(plain), fields, wants_static, key)
+    return fields, wants_static, key
 
 
 def max_offset(shape: Sequence[int], stride: Sequence[int]) -> int:
@@ -173,12 +211,13 @@ def launch(kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike, *, 
     the tile keeps its block size (wrong results, e.g. a 1-row norm).
 
     Whatever the build, a call whose arguments or device-kernel tensors need 64-bit offsets (see the module
-    docstring) runs its ``index_dtype=torch.int64`` twin; the choice is made once per signature, like the build."""
-    kernel, fields = _shape_build(kernel, args, config, static)
-    config_key = json.dumps(fields, sort_keys=True, default=str)
-    pointers = [arg.data_ptr() for arg in args if isinstance(arg, torch.Tensor)]
-    aliasing = tuple(pointers.index(p) for p in pointers)  # Helion also specializes on aliased inputs
-    key = (kernel, config_key, aliasing, *map(_signature, args))
+    docstring) runs its ``index_dtype=torch.int64`` twin; the choice is made once per signature, like the build.
+    Every call runs this function (training's host time): its steady state is two dict lookups and one pass over
+    the arguments."""
+    fields, wants_static, config_key = _fields(config)
+    arguments, size_one = _arguments_key(args)
+    kernel = _shape_build(kernel, wants_static, size_one, static)
+    key = (kernel, config_key, arguments)  # Helion also specializes on aliased inputs: in the arguments' key
     compiled = _COMPILED.get(key)
     if compiled is None:
         compiled = _COMPILED[key] = _choose(kernel, args, fields)[1]
@@ -202,20 +241,12 @@ def _choose(
 def build(kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike, *, static: bool = False) -> helion.Kernel:
     """The kernel object (the kernel or one of its twins) :func:`launch` runs on these arguments with this config;
     for tests and benchmarks that inspect or time one build."""
-    kernel, fields = _shape_build(kernel, args, config, static)
+    fields, wants_static, _ = _fields(config)
+    kernel = _shape_build(kernel, wants_static, _arguments_key(args)[1], static)
     return _choose(kernel, args, fields)[0]
 
 
-def _shape_build(
-    kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike, static: bool
-) -> tuple[helion.Kernel, dict[str, Any]]:
-    """The kernel or its static-shape twin (``static``, or the config's :data:`STATIC` outside :func:`any_shape`
-    and off size-1 dims), and the config's fields without that key."""
-    fields = {} if config is None else dict(config)
-    wants_static = bool(fields.pop(STATIC, False)) and not _ANY_SHAPE[0] and not _has_size_one(args)
-    return _twin(kernel, static=static or wants_static, wide=False), fields
-
-
-def _has_size_one(args: tuple[Any, ...]) -> bool:
-    """Whether a tensor argument has a dimension of size 1."""
-    return any(isinstance(arg, torch.Tensor) and 1 in arg.shape for arg in args)
+def _shape_build(kernel: helion.Kernel, wants_static: bool, size_one: bool, static: bool) -> helion.Kernel:
+    """The kernel or its static-shape twin: ``static``, or a config that asks for it (``wants_static``) outside
+    :func:`any_shape` and off size-1 dims (``size_one``)."""
+    return _twin(kernel, static=static or (wants_static and not _ANY_SHAPE[0] and not size_one), wide=False)

@@ -109,3 +109,34 @@ def test_a_launch_installs_tritons_scratch_allocator_in_its_own_thread(parity_de
     thread.join()
     assert isinstance(seen[0], _allocation.NullAllocator)
     assert not isinstance(seen[1], _allocation.NullAllocator)
+
+
+def test_a_config_is_read_once_per_object_and_again_when_changed_in_place(monkeypatch, parity_device) -> None:
+    """The launcher reads a config's fields once per config object (the drop-ins pass the same promoted dicts on every
+    call), but a config changed in place between calls runs as changed, and a ``helion.Config`` works as a dict."""
+    chosen: list[dict] = []
+    real = launch._choose
+
+    def choose(kernel, args, fields):
+        chosen.append(dict(fields))
+        return real(kernel, args, fields)
+
+    monkeypatch.setattr(launch, "_choose", choose)
+    monkeypatch.setattr(launch, "_COMPILED", {})
+    config = {"block_sizes": [1], "num_warps": 1}
+    _run((16, 16), config, parity_device)
+    assert chosen == [config]  # the second call: the same object, unchanged, the same compiled kernel
+    config["block_sizes"] = [2]
+    _run((16,), config, parity_device)
+    assert chosen == [{"block_sizes": [1], "num_warps": 1}, {"block_sizes": [2], "num_warps": 1}]
+    _run((16,), launch.as_config({"block_sizes": [2], "num_warps": 1}), parity_device)
+    assert len(chosen) == 2  # equal fields: the kernel compiled for the dict
+
+
+def test_aliased_arguments_compile_apart_from_distinct_ones(monkeypatch, parity_device) -> None:
+    """Helion specializes on which inputs alias: the launcher's key tells a call with one tensor passed twice from a
+    call with two equal-shaped tensors."""
+    first, _ = launch._arguments_key((torch.zeros(4, device=parity_device), torch.zeros(4, device=parity_device), 3))
+    shared = torch.zeros(4, device=parity_device)
+    second, _ = launch._arguments_key((shared, shared, 3))
+    assert first != second and first[0] == second[0] and first[2] == second[2] == 3
