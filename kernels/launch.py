@@ -41,7 +41,7 @@ from parity.lookup import STATIC_SHAPES
 
 ConfigLike = helion.Config | Mapping[str, Any] | None
 
-_COMPILED: dict[tuple[Hashable, ...], Callable[..., Any]] = {}
+_COMPILED: dict[tuple[Hashable, ...], _Replay] = {}
 
 INT32_MAX = torch.iinfo(torch.int32).max
 """The largest element count or element offset an int32-indexed build addresses."""
@@ -203,7 +203,8 @@ def _compile(kernel: helion.Kernel, args: tuple[Any, ...], fields: Mapping[str, 
 
 def launch(kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike, *, static: bool = False) -> Any:
     """Run ``kernel(*args)`` with ``config`` (the kernel's default config when None or empty), never autotuning.
-    Compiles once per argument signature and config; later calls skip Helion's binding entirely. A config with
+    Compiles once per argument signature and config; later calls skip Helion's binding entirely, and on CUDA
+    Triton's too (:class:`_Replay`). A config with
     :data:`STATIC` true runs the static-shape twin (compiled per shape) outside :func:`any_shape`.
 
     ``static``: the static twin always. For a kernel that tiles one tensor's extent and indexes another tensor
@@ -218,11 +219,59 @@ def launch(kernel: helion.Kernel, args: tuple[Any, ...], config: ConfigLike, *, 
     arguments, size_one = _arguments_key(args)
     kernel = _shape_build(kernel, wants_static, size_one, static)
     key = (kernel, config_key, arguments)  # Helion also specializes on aliased inputs: in the arguments' key
-    compiled = _COMPILED.get(key)
-    if compiled is None:
-        compiled = _COMPILED[key] = _choose(kernel, args, fields)[1]
+    replay = _COMPILED.get(key)
+    if replay is None:
+        replay = _COMPILED[key] = _Replay(_choose(kernel, args, fields)[1])
     helion.runtime.set_triton_allocator()  # this thread's context may have none (module docstring)
-    return compiled(*args)
+    return replay(args)
+
+
+class _Replay:
+    """One compiled build on one arguments' key of :func:`launch`. Its first call runs through Helion's launcher and
+    records the Triton kernels it compiled; later calls launch those directly (``CompiledKernel[grid](*args)``),
+    skipping Triton's ``JITFunction.run``: its binding, specialization and cache lookup are most of a launch's host
+    time. The key fixes all Triton specializes on (dtypes, 16-byte alignment, and the integers the host code passes,
+    derived from the shapes and strides it fixes; tensors the host code allocates are always aligned), so that lookup
+    would pick the same kernel. Builds whose launches are not all plain (other launcher options; the CPU interpreter,
+    which returns no compiled kernel) keep Helion's launcher."""
+
+    __slots__ = ("compiled", "kernels")
+
+    def __init__(self, compiled: Callable[..., Any]) -> None:
+        self.compiled = compiled
+        self.kernels: list[tuple[Any, Any]] | None = None
+        """(Triton JITFunction, its CompiledKernel) per launch of a call, in order; None before the first call,
+        empty when the build keeps Helion's launcher."""
+
+    def __call__(self, args: tuple[Any, ...]) -> Any:
+        if self.kernels is None:
+            return self._record(args)
+        if not self.kernels:
+            return self.compiled(*args)
+        launches = iter(self.kernels)
+
+        def replay(triton_kernel: Any, grid: tuple[int, ...], *kernel_args: Any, **_options: Any) -> None:
+            jit, compiled = next(launches)
+            if jit is not triton_kernel:  # the key fixes the host code's path: checked, not assumed
+                raise RuntimeError(f"{triton_kernel} launched where {jit} was recorded")
+            compiled[(*grid, 1, 1)[:3]](*kernel_args)
+
+        return self.compiled(*args, _launcher=replay)
+
+    def _record(self, args: tuple[Any, ...]) -> Any:
+        recorded: list[tuple[Any, Any]] = []
+        plain = True
+
+        def record(triton_kernel: Any, grid: tuple[int, ...], *kernel_args: Any, **options: Any) -> Any:
+            nonlocal plain
+            result = helion.runtime.default_launcher(triton_kernel, grid, *kernel_args, **options)
+            plain = plain and set(options) <= {"num_warps", "num_stages"} and hasattr(result, "packed_metadata")
+            recorded.append((triton_kernel, result))
+            return result
+
+        out = self.compiled(*args, _launcher=record)
+        self.kernels = recorded if plain else []
+        return out
 
 
 def _choose(

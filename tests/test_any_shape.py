@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import threading
 
 import pytest
@@ -140,3 +141,56 @@ def test_aliased_arguments_compile_apart_from_distinct_ones(monkeypatch, parity_
     shared = torch.zeros(4, device=parity_device)
     second, _ = launch._arguments_key((shared, shared, 3))
     assert first != second and first[0] == second[0] and first[2] == second[2] == 3
+
+
+@pytest.mark.cpu
+def test_a_build_replays_the_kernels_its_first_call_compiled(monkeypatch) -> None:
+    """After its first call a build launches the compiled Triton kernels it recorded, with the grid padded to three
+    dimensions, without Helion's launcher; a build with other launcher options, or whose launcher returns no compiled
+    kernel (the CPU interpreter), keeps Helion's launcher on every call."""
+    through_helion: list[tuple] = []
+    direct: list[tuple] = []
+
+    class Compiled:
+        packed_metadata = b""
+
+        def __getitem__(self, grid):
+            return lambda *args: direct.append((grid, args))
+
+    def helions(triton_kernel, grid, *args, **options):
+        through_helion.append((grid, args))
+        return compiled_result
+
+    def host(x, *, _launcher=helions, **options):  # as Helion's generated host code is
+        _launcher(jit, (x,), x, 7, num_warps=4, num_stages=1, **options)
+        return x * 2
+
+    jit = object()
+    monkeypatch.setattr(launch.helion.runtime, "default_launcher", helions)
+    compiled_result = Compiled()
+    replay = launch._Replay(host)
+    assert [replay((3,)), replay((5,)), replay((6,))] == [6, 10, 12]
+    assert through_helion == [((3,), (3, 7))] and direct == [((5, 1, 1), (5, 7)), ((6, 1, 1), (6, 7))]
+    for result, options in ((None, {}), (Compiled(), {"launch_cooperative_grid": True})):
+        through_helion.clear()
+        compiled_result = result
+        replay = launch._Replay(functools.partial(host, **options))
+        replay((3,)), replay((4,))
+        assert [grid for grid, _ in through_helion] == [(3,), (4,)]
+
+
+def test_repeated_launches_agree_with_helions_launcher_bit_for_bit(monkeypatch, parity_device) -> None:
+    """Calls after the first launch what the first compiled (on CUDA, without Helion's launcher); their results are
+    those of the build run through Helion's launcher."""
+    monkeypatch.setattr(launch, "_COMPILED", {})
+    real = launch.helion.runtime.default_launcher
+    calls: list[object] = []
+    monkeypatch.setattr(launch.helion.runtime, "default_launcher", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    dt, A = torch.rand(2, 40, 3, device=parity_device), -torch.rand(3, device=parity_device) * 8
+    config = chunk_cumsum.CONFIGS[1]
+    args = chunk_cumsum.chunk_cumsum_args(dt, A, 16)
+    results = [launch.launch(chunk_cumsum.chunk_cumsum_kernel, args, config) for _ in range(3)]
+    assert len(calls) == (1 if parity_device == "cuda" else 3)
+    expected = launch._choose(chunk_cumsum.chunk_cumsum_kernel, args, config)[1](*args, _launcher=real)
+    for result in results:
+        assert all(torch.equal(r, e) for r, e in zip(result, expected, strict=True))
