@@ -67,7 +67,8 @@ RATIO_QUANTITIES = ("grad.A", "grad.dt_bias")
 def block_config(block: int, headdim: int) -> dict[str, Any]:
     """A combined config with ``block`` for every chunk-row, chunk-column and dstate tile of the forward and
     backward kernels, the whole headdim in one tile (each kernel's block_sizes in its tile order, as
-    ``kernels.ssd_combined.tuning_configs`` lays them out); chunk_cumsum keeps its default."""
+    ``kernels.ssd_combined.tuning_configs`` lays them out); chunk_cumsum and bwd_ddt (a head block only) keep their
+    defaults."""
 
     def cfg(*sizes: int) -> dict[str, Any]:
         return {"block_sizes": list(sizes), "num_warps": 4, "num_stages": 2}

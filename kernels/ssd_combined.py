@@ -76,7 +76,9 @@ def tuning_configs(inputs: Mapping[str, Any], count: int) -> list[dict[str, Any]
     32-row entries split headdim too (more programs: 128 at the Nemotron shape with whole tiles). They span the tile
     shapes mamba-ssm's own autotuner offers for the same loops (a 32-wide position loop with 4-5 stages, as in its
     chunk_scan and dx configs recorded on the H200, reference/mamba_autotune.json) and the large tiles Helion's
-    search found for the backward (h200-run26). chunk_cumsum keeps its default config."""
+    search found for the backward (h200-run26). chunk_cumsum and bwd_ddt (a head block only, none of these tiles)
+    are not in the grid: ``parity tune`` searches them from their default configs (their names come from
+    :data:`CONFIGS`)."""
     headdim, dstate = inputs["x"].shape[-1], inputs["B"].shape[-1]
     full = min(dstate, 128)
     grid = [

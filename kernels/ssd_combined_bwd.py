@@ -1,5 +1,5 @@
 """Helion backward of the Mamba-2 chunked SSD (mamba-ssm's ``_mamba_chunk_scan_combined_bwd``), reorganised
-into five kernels and a little PyTorch glue on (batch, nheads, seqlen)-sized tensors.
+into six kernels and two PyTorch sums over per-chunk partials (grad A with grad dt_bias, and grad D).
 
 Notation per (batch b, chunk c, head h; group g of h), positions l, s of the chunk, a = dA_cumsum, dt the
 processed dt, H_c the state entering chunk c, S_c the chunk's own state, dy the gradient of the pre-gate
@@ -21,12 +21,14 @@ grad.dt_bias were 18x and 25x mamba-ssm's error). The kernels, in order:
                 W = dCB_h * CB, step k's intra-chunk gradient sum_{l >= k} sum_{s < k} W[l, s]
   dc            dC_l = sum_{h in g} exp(a_l) m_l dy_l H_c + sum_s dCB[l, s] B_s; a_l's gradient C_l . (first term)
   db            dB_s = sum_{h in g} exp(a_last - a_s) dt_s x_s dS_c + sum_l dCB[l, s] C_l
-then the steps' gradients: the a_l terms (C path, chunk decay) reverse-summed over l >= k, the prefix terms
-(V_s, and dcb's, already per step) summed over s < k; -> ddt, dA; dt's softplus/clamp -> ddt, ddt_bias.
+  ddt           the steps' gradients, per chunk: the a_l terms (C path, chunk decay) reverse-summed over l >= k,
+                the prefix terms (V_s, and dcb's, already per step) summed over s < k; -> ddt, and per chunk
+                grad A's part; dt's softplus/clamp -> grad dt, and per chunk grad dt_bias's part
 Products are taken in the inputs' dtype with fp32 accumulation, as in the forward kernels; fp64 inputs (the autograd
 function's upcast of fp32 inputs) compute in fp64 throughout (:mod:`kernels.precision`). The decay-step, ddt and dD sums
-are taken per tile in the accumulation dtype, then across programs by fp64 atomics and in the fp64 glue on (batch,
-nheads, seqlen) tensors, where the sums are long."""
+are taken per tile in the accumulation dtype, then across programs by fp64 atomics into fp64 (batch, nheads, nchunks,
+chunk_size) buffers, which the ddt kernel reads; grad A, dt_bias and D are summed over the batch and the chunks from
+fp64 per-chunk partials by PyTorch (a fixed order: deterministic)."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from typing import Any
 import helion
 import helion.language as hl
 import torch
-import torch.nn.functional as F
+import triton
 
 from kernels.launch import ConfigLike, launch
 from kernels.precision import acc_dtype, fp64_dot
@@ -385,7 +387,76 @@ def db_kernel(
     return dB
 
 
-KERNELS = ("bwd_states", "bwd_dx", "bwd_dcb", "bwd_dc", "bwd_db")
+@helion.kernel(static_shapes=False)
+def ddt_kernel(
+    ddt: torch.Tensor,
+    ddA: torch.Tensor,
+    ddA_last: torch.Tensor,
+    ddA_next: torch.Tensor,
+    ddA_state: torch.Tensor,
+    dt_out: torch.Tensor,
+    A: torch.Tensor,
+    dt: torch.Tensor,
+    dt_bias: torch.Tensor | None,
+    dt_min: float,
+    dt_max: float,
+    chunk_block: hl.constexpr,
+    dt_softplus: hl.constexpr,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decay steps' gradients and dt's, from the other kernels' fp64 parts (batch, nheads, nchunks, chunk_size):
+    ddt (dx), ddA (dc: the a_l terms), ddA_last (states: per chunk and block, the chunk decay's a_last term),
+    ddA_next (dcb: entry s is step s + 1) and ddA_state (dx: V_s). Returns (grad dt in dt's dtype, (batch,
+    nchunks * chunk_size, nheads), of which only the first seqlen positions are written: grad dt is that slice;
+    partials (2, batch, nchunks, nheads), fp64: per chunk, grad A's sum of dA_k dt_k and the sum of grad dt, the
+    caller's grad dt_bias; the caller sums them in a fixed order, no atomics). grad dt is sized by the tile extents,
+    not like dt: Helion 1.5.0's dynamic shapes drop the index of a size-1 dimension of an input's shape, so a store
+    into a dt-shaped output broke at nheads 1 (every head of the block into head 0) and at seqlen 1 (mis-shaped).
+
+    Step k's gradient is the reverse sum over l >= k of the a_l terms (a_last's at the chunk's last position,
+    also past seqlen) plus ddA_next and the prefix sum of V_s through s = k - 1 (each its own sum, never a
+    difference of two). Then ddt += dA A, and back through dt's processing: the clamp to [dt_min, dt_max]
+    (gradient kept at the bound, as torch.clamp does), softplus (where dt + bias <= 20) and the layout, writing the
+    positions before seqlen only. All in fp64, dt's processing in its accumulation dtype, as the forward computes
+    it. One program per (batch, chunk, block of heads); the whole chunk is one ``hl.arange(chunk_block)``
+    (chunk_block = next power of two >= chunk_size), so no config splits a cumsum."""
+    batch, nheads, nchunks, chunk_size = ddt.shape
+    seqlen = dt.shape[1]
+    wide = acc_dtype(dt.dtype)
+    grad_dt = torch.empty([batch, nchunks * chunk_size, nheads], dtype=dt.dtype, device=dt.device)
+    partials = torch.empty([2, batch, nchunks, nheads], dtype=torch.float64, device=dt.device)
+    for tile_b, tile_c, tile_h in hl.tile([batch, nchunks, nheads], block_size=[1, 1, None]):
+        offs = hl.arange(chunk_block)
+        in_chunk = offs < chunk_size
+        pos = tile_c.begin * chunk_size + offs
+        valid = in_chunk & (pos < seqlen)
+        at = [tile_b.begin, tile_h, tile_c.begin, offs]
+        before = [tile_b.begin, tile_h, tile_c.begin, offs - 1]  # position k reads k - 1
+        has_before = in_chunk & (offs >= 1)
+        chunk_decay = torch.sum(ddA_last[tile_b.begin, tile_h, tile_c.begin, :], dim=1)
+        own = hl.load(ddA, at, extra_mask=in_chunk[None, :])
+        own = own + torch.where((offs == chunk_size - 1)[None, :], chunk_decay[:, None], 0.0)
+        prefix = hl.cumsum(hl.load(ddA_state, before, extra_mask=has_before[None, :]), dim=1)
+        prefix = hl.load(ddA_next, before, extra_mask=has_before[None, :]) + prefix
+        step = hl.cumsum(own, dim=1, reverse=True) + prefix  # [heads, chunk]
+        steps = hl.load(dt_out, at, extra_mask=in_chunk[None, :]).to(torch.float64)
+        partials[0, tile_b.begin, tile_c.begin, tile_h] = torch.sum(step * steps, dim=1)
+        grad = hl.load(ddt, at, extra_mask=in_chunk[None, :]) + step * A[tile_h].to(torch.float64)[:, None]
+        d = hl.load(dt, [tile_b.begin, pos, tile_h], extra_mask=valid[:, None]).to(wide).permute(1, 0)
+        if dt_bias is not None:
+            d = d + dt_bias[tile_h].to(wide)[:, None]
+        processed = d
+        if dt_softplus:
+            processed = torch.nn.functional.softplus(d, beta=1.0, threshold=20.0)
+            # 1 / (1 + exp(-d)) spelled out: torch.sigmoid lowers through fp32 in Helion 1.5.0, even for fp64.
+            grad = grad * torch.where(d <= 20.0, 1.0 / (1.0 + torch.exp(-d.to(torch.float64))), 1.0)
+        keep = (processed >= dt_min) & (processed <= dt_max) & valid[None, :]
+        grad = torch.where(keep, grad, 0.0)
+        partials[1, tile_b.begin, tile_c.begin, tile_h] = torch.sum(grad, dim=1)
+        hl.store(grad_dt, [tile_b.begin, pos, tile_h], grad.permute(1, 0).to(dt.dtype), extra_mask=valid[:, None])
+    return grad_dt, partials
+
+
+KERNELS = ("bwd_states", "bwd_dx", "bwd_dcb", "bwd_dc", "bwd_db", "bwd_ddt")
 """The backward's keys in the combined op's config (one Helion config each; missing means the default)."""
 
 CONFIGS: list[dict[str, Any]] = [
@@ -395,6 +466,7 @@ CONFIGS: list[dict[str, Any]] = [
         "bwd_dcb": {"block_sizes": [16, 16, 16], "num_warps": 4},
         "bwd_dc": {"block_sizes": [16, 16, 16, 16], "num_warps": 4},
         "bwd_db": {"block_sizes": [16, 16, 16, 16], "num_warps": 4},
+        "bwd_ddt": {"block_sizes": [1], "num_warps": 1},
     },
     {
         "bwd_states": {"block_sizes": [16, 32, 32], "num_warps": 8},
@@ -402,11 +474,12 @@ CONFIGS: list[dict[str, Any]] = [
         "bwd_dcb": {"block_sizes": [32, 16, 16], "num_warps": 8},
         "bwd_dc": {"block_sizes": [32, 16, 16, 16], "num_warps": 8},
         "bwd_db": {"block_sizes": [16, 32, 16, 32], "num_warps": 8},
+        "bwd_ddt": {"block_sizes": [4], "num_warps": 4},
     },
 ]
 """Explicit configs for the CPU parity tests (block_sizes follow each kernel's tile order: states [headdim,
 dstate, rows]; dx [rows, headdim, dstate, rows l]; dcb [rows, columns, headdim]; dc and
-db [rows, dstate, headdim, rows of dCB]). The first has several row blocks per chunk at the CI shapes, the
+db [rows, dstate, headdim, rows of dCB]; ddt [heads]). The first has several row blocks per chunk at the CI shapes, the
 second row blocks wider than the column blocks and blocks wider than headdim."""
 
 
@@ -434,7 +507,7 @@ def ssd_combined_bwd(
     dt_softplus, dt_limit, out_x); ``fwd``: the recomputed dA_cumsum, dt_out, chunk states S (flat (b, c, h, p*n)),
     entering states H (flat), final states (flat) and cb, all in the accumulation dtype of x's dtype."""
     x, B, C, D, z, seq_idx = (saved[k] for k in ("x", "B", "C", "D", "z", "seq_idx"))
-    batch, seqlen, nheads, headdim = x.shape
+    batch, _, nheads, headdim = x.shape
     dstate = B.shape[-1]
     dA_cumsum, dt_out = fwd["dA_cumsum"], fwd["dt_out"]
     nchunks = dt_out.shape[2]
@@ -471,41 +544,35 @@ def ssd_combined_bwd(
     grads["C"] = launch(dc_kernel, (dy, states, dA_cumsum, C, B, dcb, seq_idx, ddA), configs.get("bwd_dc"))
     grads["B"] = launch(db_kernel, (x, dt_out, dA_cumsum, dS, C, dcb, seq_idx), configs.get("bwd_db"))
 
-    # The gradient of each decay step dA_k = dt_k A, every term summed from its own parts: a_l for l >= k (the C
-    # path and the chunk decay at a_last), and the prefix through s = k - 1 (the intra-chunk term, and the
-    # chunk-state path's exp(a_last - a_s) for s < k).
-    ddA[:, :, :, -1] += ddA_last.sum(-1)
-    ddA = ddA.flip(-1).cumsum(-1).flip(-1)
-    ddA[:, :, :, 1:] += (ddA_next + ddA_state.cumsum(-1))[:, :, :, :-1]
-    A = saved["A"]
-    ddt = ddt + ddA * A.to(ddA.dtype)[None, :, None, None]
-    grads["A"] = (ddA * dt_out).sum((0, 2, 3)).to(A.dtype)
-    grads.update(_dt_grads(ddt, saved, seqlen))
+    A, dt, dt_bias = saved["A"], saved["dt"], saved["dt_bias"]
+    low, high = saved["dt_limit"]
+    grad_dt, partials = launch(
+        ddt_kernel,
+        (
+            ddt,
+            ddA,
+            ddA_last,
+            ddA_next,
+            ddA_state,
+            dt_out,
+            A,
+            dt,
+            dt_bias,
+            float(low),
+            float(high),
+            triton.next_power_of_2(dt_out.shape[3]),
+            bool(saved["dt_softplus"]),
+        ),
+        configs.get("bwd_ddt"),
+    )
+    grads["dt"] = grad_dt[:, : dt.shape[1]]
+    sums = partials.sum((1, 2))
+    grads["A"] = sums[0].to(A.dtype)
+    if dt_bias is not None:
+        grads["dt_bias"] = sums[1].to(dt_bias.dtype)
     if D is not None:
-        dD = dD.sum((0, 1))
-        grads["D"] = (dD if D.dim() == 2 else dD.sum(-1)).to(D.dtype)
+        grads["D"] = dD.sum((0, 1) if D.dim() == 2 else (0, 1, 3)).to(D.dtype)
     init = saved["initial_states"]
     if init is not None:
         grads["initial_states"] = dinitial.reshape(init.shape).to(init.dtype)
-    return grads
-
-
-def _dt_grads(ddt_chunked: torch.Tensor, saved: Mapping[str, Any], seqlen: int) -> dict[str, torch.Tensor]:
-    """ddt and ddt_bias from the gradient of the processed, chunked dt: back through the layout, the clamp
-    to dt_limit (gradient kept where the clamp is inactive or at its bound, as torch.clamp does), softplus
-    (applied where dt + bias <= 20) and the bias."""
-    dt, dt_bias = saved["dt"], saved["dt_bias"]
-    batch, nheads = ddt_chunked.shape[:2]
-    grad = ddt_chunked.permute(0, 2, 3, 1).reshape(batch, -1, nheads)[:, :seqlen]
-    wide = acc_dtype(dt.dtype)
-    d = dt.to(wide) if dt_bias is None else dt.to(wide) + dt_bias.to(wide)
-    processed = d
-    if saved["dt_softplus"]:
-        processed = torch.where(d <= 20.0, F.softplus(d), d)
-        grad = grad * torch.where(d <= 20.0, torch.sigmoid(d.double()), 1.0)
-    low, high = saved["dt_limit"]
-    grad = torch.where((processed >= low) & (processed <= high), grad, 0.0)
-    grads = {"dt": grad.to(dt.dtype)}
-    if dt_bias is not None:
-        grads["dt_bias"] = grad.sum((0, 1)).to(dt_bias.dtype)
     return grads

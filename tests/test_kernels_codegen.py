@@ -19,6 +19,7 @@ import helion
 import helion._compiler.autotuner_heuristics.triton as heuristics
 import pytest
 import torch
+import triton
 from helion.runtime.kernel import BoundKernel
 
 from kernels import (
@@ -262,6 +263,19 @@ def _ssd_bwd_args(case: Case) -> dict[str, tuple[Any, ...]]:
         "bwd_dcb": (x, x, dt, dA, cb, seq_idx, torch.zeros_like(dA)),
         "bwd_dc": (x, states, dA, C, B, cb, seq_idx, torch.zeros_like(dA)),
         "bwd_db": (x, dt, dA, states, C, cb, seq_idx),
+        "bwd_ddt": (
+            *(torch.randn(batch, nheads, nchunks, chunk_size, dtype=torch.float64) for _ in range(2)),
+            torch.randn(batch, nheads, nchunks, 2, dtype=torch.float64),
+            *(torch.randn(batch, nheads, nchunks, chunk_size, dtype=torch.float64) for _ in range(2)),
+            dt,
+            -torch.rand(nheads),
+            torch.randn(batch, seqlen, nheads).to(case.dtype),
+            torch.randn(nheads) if case.options else None,
+            0.001 if case.options else 0.0,
+            0.1 if case.options else float("inf"),
+            triton.next_power_of_2(chunk_size),
+            case.options,
+        ),
     }
 
 
@@ -362,6 +376,8 @@ ENTRIES = [
     _bwd_entry("bwd_dcb", ssd_combined_bwd.dcb_kernel, dots=1),
     _bwd_entry("bwd_dc", ssd_combined_bwd.dc_kernel, dots=2),
     _bwd_entry("bwd_db", ssd_combined_bwd.db_kernel, dots=2),
+    # The chunk is an hl.arange inside the program, never a tile: one tunable block size (heads).
+    _bwd_entry("bwd_ddt", ssd_combined_bwd.ddt_kernel, block_sizes=1),
 ]
 
 

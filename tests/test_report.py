@@ -300,12 +300,14 @@ def test_kernel_times_pairs_each_part_with_its_mamba_counterpart_and_the_report_
         "_helion_dx_kernel": {**row, "us": 40.0},
         "_helion_dcb_kernel": {**row, "us": 50.0},
         "_helion_db_kernel": {**row, "us": 30.0},
+        "_helion_ddt_kernel": {**row, "us": 4.0},
         "vectorized_elementwise_kernel": {**row, "us": 4.0},
     }
     pairs = kt.counterpart_ratios(mamba, helion)
     assert pairs["bwd_dx"] == {"mamba_us": 60.0, "helion_us": 40.0, "ratio": 1.5}
     assert pairs["bwd_dB_dC_dCB"] == {"mamba_us": 60.0, "helion_us": 80.0, "ratio": 0.75}
-    assert pairs["rest"] == {"mamba_us": 12.0, "helion_us": 4.0, "ratio": 3.0}
+    assert pairs["bwd_ddt"] == {"mamba_us": 5.0, "helion_us": 4.0, "ratio": 1.25}
+    assert pairs["rest"] == {"mamba_us": 7.0, "helion_us": 4.0, "ratio": 1.75}
     assert "bwd_states" not in pairs  # neither backend launched it
     kt.print_counterparts("bwd", pairs)
     printed = capsys.readouterr().out

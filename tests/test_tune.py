@@ -208,6 +208,7 @@ def test_capture_gives_every_ssd_kernel_forward_and_backward():
         "bwd_dcb": ssd_combined_bwd.dcb_kernel,
         "bwd_dc": ssd_combined_bwd.dc_kernel,
         "bwd_db": ssd_combined_bwd.db_kernel,
+        "bwd_ddt": ssd_combined_bwd.ddt_kernel,
     }
     assert {name: launch.kernel for name, launch in launches.items()} == kernels
     assert {name for name, launch in launches.items() if launch.count == 2} == {
