@@ -143,7 +143,6 @@ def test_aliased_arguments_compile_apart_from_distinct_ones(monkeypatch, parity_
     assert first != second and first[0] == second[0] and first[2] == second[2] == 3
 
 
-@pytest.mark.cpu
 def test_a_build_replays_the_kernels_its_first_call_compiled(monkeypatch) -> None:
     """After its first call a build launches the compiled Triton kernels it recorded, with the grid padded to three
     dimensions, without Helion's launcher; a build with other launcher options, or whose launcher returns no compiled

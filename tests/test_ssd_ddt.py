@@ -49,25 +49,26 @@ def _glue(args: tuple[Any, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
         (2, 3, 30, 12, 1, True, torch.bfloat16),  # a chunk of 12 in a block of 16
     ],
 )
-def test_ddt_kernel_is_the_glue(batch, nheads, seqlen, chunk_size, heads_block, options, dtype):
+def test_ddt_kernel_is_the_glue(batch, nheads, seqlen, chunk_size, heads_block, options, dtype, parity_device):
     """grad dt (its first seqlen positions, what the caller returns) and the partials' sums, against the glue."""
     torch.manual_seed(0)
-    nchunks = -(-seqlen // chunk_size)
-    wide = F64 if dtype == F64 else torch.float32
-    parts = [torch.randn(batch, nheads, nchunks, chunk_size, dtype=F64) for _ in range(4)]
-    args = (
-        *parts[:2],
-        torch.randn(batch, nheads, nchunks, 3, dtype=F64),
-        *parts[2:],
-        torch.rand(batch, nheads, nchunks, chunk_size, dtype=wide),
-        -torch.rand(nheads, dtype=wide),
-        torch.randn(batch, seqlen, nheads, dtype=F64).to(dtype),
-        torch.randn(nheads, dtype=wide) if options else None,
-        0.3 if options else 0.0,
-        1.2 if options else float("inf"),
-        triton.next_power_of_2(chunk_size),
-        options,
-    )
+    with torch.device(parity_device):  # the kernel runs where the session's kernels do
+        nchunks = -(-seqlen // chunk_size)
+        wide = F64 if dtype == F64 else torch.float32
+        parts = [torch.randn(batch, nheads, nchunks, chunk_size, dtype=F64) for _ in range(4)]
+        args = (
+            *parts[:2],
+            torch.randn(batch, nheads, nchunks, 3, dtype=F64),
+            *parts[2:],
+            torch.rand(batch, nheads, nchunks, chunk_size, dtype=wide),
+            -torch.rand(nheads, dtype=wide),
+            torch.randn(batch, seqlen, nheads, dtype=F64).to(dtype),
+            torch.randn(nheads, dtype=wide) if options else None,
+            0.3 if options else 0.0,
+            1.2 if options else float("inf"),
+            triton.next_power_of_2(chunk_size),
+            options,
+        )
     grad_dt, partials = launch(ssd_combined_bwd.ddt_kernel, args, {"block_sizes": [heads_block], "num_warps": 4})
     want_dt, want_A, want_bias = _glue(args)
     sums = partials.sum((1, 2))
