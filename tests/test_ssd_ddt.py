@@ -13,6 +13,7 @@ import triton
 
 from kernels import ssd_combined_bwd
 from kernels.launch import launch
+from kernels.precision import acc_dtype
 from reference import _triton_shims
 
 _triton_shims.install()  # the interpreter fixes the kernels need on CPU, as ops.common installs them
@@ -30,7 +31,7 @@ def _glue(args: tuple[Any, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     ddA[:, :, :, 1:] += (ddA_next + ddA_state.cumsum(-1))[:, :, :, :-1]
     ddt = ddt + ddA * A.to(F64)[None, :, None, None]
     grad = ddt.permute(0, 2, 3, 1).reshape(batch, -1, nheads)[:, : dt.shape[1]]
-    wide = torch.float32 if dt.dtype != F64 else F64
+    wide = acc_dtype(dt.dtype)
     d = dt.to(wide) if dt_bias is None else dt.to(wide) + dt_bias.to(wide)
     processed = d
     if softplus:
@@ -54,7 +55,7 @@ def test_ddt_kernel_is_the_glue(batch, nheads, seqlen, chunk_size, heads_block, 
     torch.manual_seed(0)
     with torch.device(parity_device):  # the kernel runs where the session's kernels do
         nchunks = -(-seqlen // chunk_size)
-        wide = F64 if dtype == F64 else torch.float32
+        wide = acc_dtype(dtype)
         parts = [torch.randn(batch, nheads, nchunks, chunk_size, dtype=F64) for _ in range(4)]
         args = (
             *parts[:2],
