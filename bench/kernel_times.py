@@ -59,7 +59,7 @@ COUNTERPARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
     ),
     "bwd_ddt": (("_helion_ddt_kernel",), ("_chunk_cumsum_bwd_kernel",)),
-    "norm_bwd": (("_helion_layer_norm_bwd_kernel",), ("_layer_norm_bwd_kernel",)),
+    "norm_bwd": (("_helion_layer_norm_bwd_kernel", "_helion_partials_sum_kernel"), ("_layer_norm_bwd_kernel",)),
 }
 """Each part of the mixer's work -> (the Helion kernels that do it, mamba-ssm's kernels that do it). The backward's
 dB, dC and dCB (with the intra-chunk decay gradient) are one part: the two ports split that work differently, and
@@ -67,7 +67,8 @@ mamba-ssm launches ``_bmm_chunk_bwd_kernel`` for both dB and dC. bwd_ddt is the 
 dt's softplus and clamp, dA and ddt_bias): Helion's kernel also takes the per-step decay gradient's sums that
 mamba-ssm does in PyTorch before its kernel (the flip-cumsum-flip and adds), which stay in mamba-ssm's rest. What
 no part names (PyTorch's glue: that, zero fills, Helion's partial sums of grad A, dt_bias and D) is the rest,
-compared as a whole."""
+compared as a whole. norm_bwd's Helion side includes its partial sums' kernel; mamba-ssm sums its partials in
+PyTorch, in its rest."""
 
 
 def kernel_table(events: Iterable[Any], iters: int) -> Table:

@@ -338,14 +338,20 @@ def _helion_norm_bwd(
     x: torch.Tensor, w: torch.Tensor, z: torch.Tensor, dy: torch.Tensor, gs: int, config: dict[str, Any] | None
 ) -> tuple[Callable[[], Any], Any]:
     """The Helion backward call, configured as rmsnorm_fn would be (``config``, else the promoted config, else
-    the kernel fallbacks), after its forward; returns (the call, the backward config)."""
+    the kernel fallbacks), after its forward; returns (the call, the backward's and the partial sums' configs)."""
     from kernels import layernorm_gated as hn
 
-    fwd_cfg, bwd_cfg = hn._split_config(hn._promoted(x, gs) if config is None else config)
+    fwd_cfg, bwd_cfg, sum_cfg = hn._split_config(hn._promoted(x, gs) if config is None else config)
     _, mean, rstd = hn.layer_norm_fwd(
         x, w, None, EPS, z=z, group_size=gs, norm_before_gate=False, is_rms_norm=True, config=fwd_cfg
     )
-    return lambda: hn.layer_norm_bwd(dy, x, w, None, EPS, mean, rstd, z, gs, False, True, config=bwd_cfg), bwd_cfg
+
+    def run() -> Any:
+        return hn.layer_norm_bwd(
+            dy, x, w, None, EPS, mean, rstd, z, gs, False, True, config=bwd_cfg, sum_config=sum_cfg
+        )
+
+    return run, {"bwd": bwd_cfg, "bwd_sum": sum_cfg}
 
 
 def _mamba_norm_bwd(

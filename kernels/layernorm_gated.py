@@ -5,12 +5,14 @@ The point of the port is the backward's row split: mamba-ssm gives each program
 ``ceil(M / nrow_groups)`` rows, with ``nrow_groups`` derived from the SM count by A100-era constants, and
 sums the per-program fp32 partials of dw/db afterwards. Here the rows per program is a block size of the
 Helion config (``block_sizes[0]`` of :data:`layer_norm_bwd_kernel`), so the autotuner searches it; the
-partials are summed in fp32 on the host in a fixed order (no atomics: the backward is bitwise
-reproducible).
+partials are summed in fp32 by a second Helion kernel, :data:`partials_sum_kernel`, in a fixed order (no atomics:
+the backward is bitwise reproducible). PyTorch's sum over the row groups was a column reduction that took 20.6 us
+of the backward's 0.197 ms at the Nemotron shape on the H200 (bench/results/h200-run38/call5, the float
+``reduce_kernel``: 8 MiB of partials at 0.4 TB/s).
 
 Without a config (none given, none promoted, or a promoted config that carries only "bwd") each kernel runs
-an explicit fallback mirroring mamba-ssm's launch heuristic, never Helion's default config: see
-:func:`fwd_fallback_config` and :func:`bwd_fallback_config`.
+an explicit fallback, never Helion's default config: mamba-ssm's launch heuristic for the forward and backward
+(:func:`fwd_fallback_config`, :func:`bwd_fallback_config`), :data:`SUM_FALLBACK` for the partial sums.
 
 Each program holds one whole group of ``group_size`` columns as one ``hl.arange(next_pow2(group_size))``,
 masked to the group, as mamba-ssm does; every mean is an explicit sum divided by the true group_size
@@ -181,13 +183,44 @@ def layer_norm_bwd_kernel(
     return partials
 
 
+@helion.kernel(static_shapes=False)
+def partials_sum_kernel(partials: torch.Tensor, out: torch.Tensor) -> None:
+    """``out[k, n] = sum over r of partials[k, r, n]`` (the backward's per-row-group fp32 partials of dw and db),
+    accumulated in fp32 in a fixed order, written in out's dtype. One program per block of columns, walking the
+    row groups a block at a time: every load is a row of contiguous columns."""
+    k, rows, n = partials.shape
+    for tile_k, tile_n in hl.tile([k, n], block_size=[1, None]):
+        acc = hl.zeros([tile_n], dtype=torch.float32)
+        for tile_r in hl.tile(rows):
+            # Rows past the extent are zeroed: with one row group (a size-1 dimension) Helion 1.5 drops the row
+            # index and its mask, and every row of the tile reads row 0 (as in the backward kernel above).
+            part = partials[tile_k.begin, tile_r, tile_n]
+            acc = acc + torch.sum(torch.where((tile_r.index < rows)[:, None], part, 0.0), dim=0)
+        out[tile_k.begin, tile_n] = acc.to(out.dtype)
+
+
+SUM_FALLBACK: dict[str, Any] = {"block_sizes": [32, 256], "num_warps": 8}
+""":data:`partials_sum_kernel`'s config when none is given: 32 columns (one 128-byte line of each row group) per
+program and 256 row groups per step, so that 128 programs at the Nemotron shape's 4096 columns keep 4 MiB of loads
+in flight, near what the H200's bandwidth needs over its memory latency. A rule, not a measurement: ``parity tune``
+searches the kernel as ``bwd_sum``."""
+
 CONFIGS: list[dict[str, Any]] = [
-    {"fwd": {"block_sizes": [4], "num_warps": 2}, "bwd": {"block_sizes": [8, 4], "num_warps": 2}},
-    {"fwd": {"block_sizes": [16], "num_warps": 4}, "bwd": {"block_sizes": [32, 8], "num_warps": 4}},
+    {
+        "fwd": {"block_sizes": [4], "num_warps": 2},
+        "bwd": {"block_sizes": [8, 4], "num_warps": 2},
+        "bwd_sum": {"block_sizes": [16, 2], "num_warps": 2},
+    },
+    {
+        "fwd": {"block_sizes": [16], "num_warps": 4},
+        "bwd": {"block_sizes": [32, 8], "num_warps": 4},
+        "bwd_sum": {"block_sizes": [64, 4], "num_warps": 4},
+    },
 ]
-"""Explicit configs for the CPU parity tests: {"fwd": forward config, "bwd": backward config}. Forward
-block_sizes[0] = rows per program; backward block_sizes[0] = rows per row group (nrow_groups =
-ceil(M / it)), block_sizes[1] = rows processed at once inside a row group. At the test sizes (M <= 40)
+"""Explicit configs for the CPU parity tests: {"fwd": forward config, "bwd": backward config, "bwd_sum": the
+partial sums' config}. Forward block_sizes[0] = rows per program; backward block_sizes[0] = rows per row group
+(nrow_groups = ceil(M / it)), block_sizes[1] = rows processed at once inside a row group; partial sums
+[columns per program, row groups per step]. At the test sizes (M <= 40)
 the first gives several row groups with a ragged last one, the second one or two row groups walked by a
 masked 8-row tile. (On the H200 at the Nemotron shape the fastest backward seen was [16, 1] with 1-4 warps,
 well ahead of mamba-ssm's formula: bench/results/kernel-config-notes.md.)"""
@@ -222,13 +255,19 @@ def bwd_fallback_config(m: int, ngroups: int, block_n: int, device: torch.device
     return {"block_sizes": [rows, 1], "num_warps": num_warps}
 
 
-def _split_config(config: ConfigLike | Mapping[str, Any]) -> tuple[ConfigLike, ConfigLike]:
-    """(forward config, backward config) from None, or a mapping {"fwd": ..., "bwd": ...}."""
+PHASES = ("fwd", "bwd", "bwd_sum")
+"""The keys of a gated-norm config: one Helion config per kernel (forward, backward, the backward's partial sums)."""
+
+
+def _split_config(config: ConfigLike | Mapping[str, Any]) -> tuple[ConfigLike, ConfigLike, ConfigLike]:
+    """(forward, backward, partial sums' config) from None, or a mapping with keys among :data:`PHASES`."""
     if config is None:
-        return None, None
-    if isinstance(config, Mapping) and set(config) <= {"fwd", "bwd"}:
-        return config.get("fwd"), config.get("bwd")
-    raise ValueError(f'layernorm_fn/rmsnorm_fn take config as {{"fwd": ..., "bwd": ...}}, got {config!r}')
+        return None, None, None
+    if isinstance(config, Mapping) and set(config) <= set(PHASES):
+        return config.get("fwd"), config.get("bwd"), config.get("bwd_sum")
+    raise ValueError(
+        f'layernorm_fn/rmsnorm_fn take config as {{"fwd": ..., "bwd": ..., "bwd_sum": ...}}, got {config!r}'
+    )
 
 
 def _check_common(
@@ -407,18 +446,23 @@ def layer_norm_bwd(
     out: torch.Tensor | None = None,
     *,
     config: ConfigLike = None,
+    sum_config: ConfigLike = None,
 ) -> tuple[torch.Tensor | None, ...]:
     """(dx, dw, db, dz), plus the recomputed output when ``recompute_output``: dx in x.dtype, dz in z.dtype
     (into ``dz`` when given), dw/db in weight/bias dtype (db None without bias, dz None without z).
-    dw/db are the kernel's per-row-group fp32 partials summed in one fixed-order reduction (deterministic).
-    ``config`` None: :func:`bwd_fallback_config`."""
+    dw/db are the kernel's per-row-group fp32 partials summed by :data:`partials_sum_kernel` (a fixed order:
+    deterministic). ``config`` None: :func:`bwd_fallback_config`; ``sum_config`` None: :data:`SUM_FALLBACK`."""
     args = layer_norm_bwd_args(
         dy, x, weight, bias, eps, mean, rstd, z, group_size, norm_before_gate, is_rms_norm, recompute_output, dz, out
     )
     if config is None:
         m, n = x.shape
         config = bwd_fallback_config(m, n // args.group_size, args.block_n, x.device)
-    sums = launch(layer_norm_bwd_kernel, args, config, static=x.shape[0] == 1).sum(1)
+    partials = launch(layer_norm_bwd_kernel, args, config, static=x.shape[0] == 1)
+    # One output dtype for dw and db: weight's, unless the bias has another (then fp32, cast per output).
+    same = bias is None or bias.dtype == weight.dtype
+    sums = torch.empty(partials.shape[::2], dtype=weight.dtype if same else torch.float32, device=x.device)
+    launch(partials_sum_kernel, (partials, sums), SUM_FALLBACK if sum_config is None else sum_config)
     dx, dz, out = args.dx, args.dz, args.out
     dw = sums[0].to(weight.dtype)
     db = None if bias is None else sums[1].to(bias.dtype)
@@ -441,7 +485,7 @@ class LayerNormFn(torch.autograd.Function):
         is_rms_norm: bool,
         config: ConfigLike | Mapping[str, Any],
     ) -> torch.Tensor:
-        fwd_config, bwd_config = _split_config(config)
+        fwd_config, bwd_config, sum_config = _split_config(config)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         if x2.stride(-1) != 1:
@@ -468,18 +512,30 @@ class LayerNormFn(torch.autograd.Function):
         )
         ctx.save_for_backward(x2, weight, bias, mean, rstd, z2)
         ctx.shape = shape
-        ctx.settings = (eps, group_size, norm_before_gate, is_rms_norm, bwd_config)
+        ctx.settings = (eps, group_size, norm_before_gate, is_rms_norm, bwd_config, sum_config)
         return y.reshape(shape)
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, weight, bias, mean, rstd, z = ctx.saved_tensors
-        eps, group_size, norm_before_gate, is_rms_norm, bwd_config = ctx.settings
+        eps, group_size, norm_before_gate, is_rms_norm, bwd_config, sum_config = ctx.settings
         dy = dy.reshape(-1, dy.shape[-1])
         if dy.stride(-1) != 1:
             dy = dy.contiguous()
         dx, dw, db, dz = layer_norm_bwd(
-            dy, x, weight, bias, eps, mean, rstd, z, group_size, norm_before_gate, is_rms_norm, config=bwd_config
+            dy,
+            x,
+            weight,
+            bias,
+            eps,
+            mean,
+            rstd,
+            z,
+            group_size,
+            norm_before_gate,
+            is_rms_norm,
+            config=bwd_config,
+            sum_config=sum_config,
         )
         return (
             dx.reshape(ctx.shape),
@@ -514,18 +570,23 @@ def _promoted(x: torch.Tensor, group_size: int | None) -> Mapping[str, Any] | No
 
 
 def tuning_configs(inputs: Mapping[str, Any], count: int) -> list[dict[str, Any]]:
-    """Candidates for ``parity tune``, each {"fwd": ..., "bwd": ...}: the first ``count`` of a grid in a fixed
-    order, largest-effect knob varying fastest. Fastest: the backward's rows per row group (nrow_groups =
+    """Candidates for ``parity tune``, each {"fwd": ..., "bwd": ..., "bwd_sum": ...}: the first ``count`` of a grid
+    in a fixed order, largest-effect knob varying fastest. Fastest: the backward's rows per row group (nrow_groups =
     ceil(M / rows), the knob mamba-ssm derives from the SM count); then the forward's rows per program
     (1, 2, 4: Helion's default 32 was much slower than mamba-ssm's 1 on the H200); then the backward's inner
     row step, its warps (they changed the best backward little on the H200), and the forward's warps
     (mamba-ssm's first); the timings are in bench/results/kernel-config-notes.md. The first 8 all run the
-    forward as :func:`fwd_fallback_config` does."""
+    forward as :func:`fwd_fallback_config` does. The partial sums keep :data:`SUM_FALLBACK` (the search starts
+    there)."""
     block_n = triton.next_power_of_2(inputs.get("group_size") or inputs["x"].shape[-1])
     fwd_warps = dict.fromkeys((_mamba_num_warps(block_n), 4, 1))
     rows = [16, 32, 8, 64, 128, 256, 4, 1024]
     grid = [
-        {"fwd": {"block_sizes": [fwd_rows], "num_warps": fw}, "bwd": {"block_sizes": [r, step], "num_warps": w}}
+        {
+            "fwd": {"block_sizes": [fwd_rows], "num_warps": fw},
+            "bwd": {"block_sizes": [r, step], "num_warps": w},
+            "bwd_sum": SUM_FALLBACK,
+        }
         for fw in fwd_warps
         for w in (2, 4, 1)
         for step in (1, 2)
@@ -549,7 +610,7 @@ def layernorm_fn(
 ) -> torch.Tensor:
     """Gated LayerNorm (or RMSNorm) over the last dimension, in groups of ``group_size``: norm(x) * silu(z)
     if norm_before_gate, else norm(x * silu(z)); output in x.dtype and x's shape. ``config`` is
-    {"fwd": ..., "bwd": ...} (either may be missing: that kernel's mamba-ssm-like fallback config); None means
+    {"fwd": ..., "bwd": ..., "bwd_sum": ...} (any may be missing: that kernel's fallback config); None means
     the config promoted to the store for this GPU (see :func:`_promoted`)."""
     if config is None:
         config = _promoted(x, group_size)

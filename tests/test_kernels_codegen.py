@@ -204,6 +204,15 @@ def _layer_norm_fwd_args(case: Case) -> tuple[Any, ...]:
     )
 
 
+SUM_CASES = [Case((1, 7, 40), torch.float16), Case((2, 1, 17)), Case((2, 130, 64), torch.bfloat16)]
+"""The backward's partial sums: (1 or 2 sums, row groups, columns), the output dtype (one row group included)."""
+
+
+def _partials_sum_args(case: Case) -> tuple[Any, ...]:
+    k, rows, n = case.shape
+    return torch.randn(k, rows, n), torch.empty(k, n, dtype=case.dtype)
+
+
 def _layer_norm_bwd_args(case: Case) -> tuple[Any, ...]:
     # The backward takes the forward's inputs and its mean and rstd buffers.
     _, _, group_size, _, norm_before_gate, is_rms_norm, _ = case.shape
@@ -370,6 +379,15 @@ ENTRIES = [
         [c["bwd"] for c in layernorm_gated.CONFIGS],
         block_sizes=2,
     ),
+    # The partial sums: columns per program, row groups per step.
+    Entry(
+        "partials_sum",
+        layernorm_gated.partials_sum_kernel,
+        _partials_sum_args,
+        SUM_CASES,
+        [c["bwd_sum"] for c in layernorm_gated.CONFIGS],
+        block_sizes=2,
+    ),
     # The SSD backward.
     _bwd_entry("bwd_states", ssd_combined_bwd.states_bwd_kernel, dots=1),
     _bwd_entry("bwd_dx", ssd_combined_bwd.dx_kernel, dots=2),
@@ -426,7 +444,9 @@ def test_configs_differ_in_block_sizes(entry: Entry) -> None:
 
 
 @pytest.mark.parametrize(
-    "kernel", [layernorm_gated.layer_norm_fwd_kernel, layernorm_gated.layer_norm_bwd_kernel], ids=["fwd", "bwd"]
+    "kernel",
+    [layernorm_gated.layer_norm_fwd_kernel, layernorm_gated.layer_norm_bwd_kernel, layernorm_gated.partials_sum_kernel],
+    ids=["fwd", "bwd", "bwd_sum"],
 )
 def test_no_mean_in_norm_kernels(kernel: helion.Kernel) -> None:
     """No ``.mean`` in the gated-norm kernels: Helion 1.5 can divide it by the padded block size."""

@@ -99,20 +99,27 @@ def test_a_missing_part_runs_its_fallback_not_helions_default(monkeypatch: pytes
 
     monkeypatch.setattr(ln, "launch", recording)
     x = torch.randn(6, 128, requires_grad=True)
-    bwd = ln.CONFIGS[0]["bwd"]
+    bwd, sums = ln.CONFIGS[0]["bwd"], ln.CONFIGS[0]["bwd_sum"]
     ln.rmsnorm_fn(x, torch.ones(128), None, group_size=64, config={"bwd": bwd}).sum().backward()
-    ln.rmsnorm_fn(x, torch.ones(128), None, group_size=64, config={}).sum().backward()
+    ln.rmsnorm_fn(x, torch.ones(128), None, group_size=64, config={"bwd_sum": sums}).sum().backward()
     fwd_fallback = ln.fwd_fallback_config(64)
     bwd_fallback = ln.bwd_fallback_config(6, 2, 64, x.device)
-    fk, bk = ln.layer_norm_fwd_kernel, ln.layer_norm_bwd_kernel
-    assert launched == [(fk, fwd_fallback), (bk, bwd), (fk, fwd_fallback), (bk, bwd_fallback)]
+    fk, bk, sk = ln.layer_norm_fwd_kernel, ln.layer_norm_bwd_kernel, ln.partials_sum_kernel
+    assert launched == [
+        (fk, fwd_fallback),
+        (bk, bwd),
+        (sk, ln.SUM_FALLBACK),
+        (fk, fwd_fallback),
+        (bk, bwd_fallback),
+        (sk, sums),
+    ]
 
 
-def test_tuning_grid_covers_both_kernels_bwd_rows_fastest() -> None:
+def test_tuning_grid_covers_every_kernel_bwd_rows_fastest() -> None:
     inputs = {"x": torch.empty(16, 4096, dtype=torch.bfloat16), "group_size": 512}
     first = ln.tuning_configs(inputs, 8)
     assert len(first) == 8 and len({repr(c) for c in first}) == 8
-    assert all(set(c) == {"fwd", "bwd"} for c in first)
+    assert all(set(c) == set(ln.PHASES) and c["bwd_sum"] == ln.SUM_FALLBACK for c in first)
     # The first 8 differ only in the backward's rows per row group; their forward is the fallback.
     assert all(c["fwd"] == ln.fwd_fallback_config(512) for c in first)
     assert len({c["bwd"]["block_sizes"][0] for c in first}) == 8
@@ -132,3 +139,15 @@ def test_tuning_configs_generate_triton() -> None:
         assert "@triton.jit" in bound_fwd.to_triton_code(as_config(config))
     for config in grid[:8]:
         assert "@triton.jit" in bound_bwd.to_triton_code(as_config(config["bwd"]))
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("rows", [1, 5, 130])
+@pytest.mark.parametrize("config", [None, *(c["bwd_sum"] for c in ln.CONFIGS)], ids=["fallback", "c0", "c1"])
+def test_partial_sums_add_every_row_group_once(rows: int, config: dict[str, Any] | None) -> None:
+    """The partial sums kernel adds each row group once: one row group (a size-1 dimension, whose index Helion 1.5
+    drops), a ragged last step, and more row groups than a step."""
+    partials = torch.randn(2, rows, 40, dtype=torch.float32)
+    out = torch.empty(2, 40, dtype=torch.float32)
+    ln.launch(ln.partials_sum_kernel, (partials, out), ln.SUM_FALLBACK if config is None else config)
+    torch.testing.assert_close(out, partials.sum(1), rtol=1e-6, atol=1e-5)

@@ -247,8 +247,8 @@ class _Inline:
 
 @pytest.mark.cpu
 def test_tune_deals_kernels_to_one_process_per_gpu_then_assembles(tmp_path, monkeypatch):
-    """``parity tune`` on 2 GPUs: fwd searched by GPU 0's process, bwd by GPU 1's, each writing its record; the
-    parent reads both back and judges the assembled config, as one process would."""
+    """``parity tune`` on 2 GPUs: fwd and the partial sums searched by GPU 0's process, bwd by GPU 1's, each writing
+    its records; the parent reads them back and judges the assembled config, as one process would."""
     from test_tune import NORM_SPEC, SeedSearch, records, tuner
 
     from parity import registry, tune
@@ -260,12 +260,12 @@ def test_tune_deals_kernels_to_one_process_per_gpu_then_assembles(tmp_path, monk
     t = tuner(tmp_path, search, gpus=2)
     outcome = t.run()
     assert outcome.status == "done", t.log
-    assert [(gpu, names) for gpu, _, _, names in started] == [(0, ["fwd"]), (1, ["bwd"])]
-    assert search.seen == ["layer_norm_fwd_kernel", "layer_norm_bwd_kernel"]
-    assert {name: r["status"] for name, r in records(t).items()} == {"fwd": "tuned", "bwd": "tuned"}
-    assert "GPU 0 tunes fwd" in " ".join(t.log) and "GPU 1 tunes bwd" in " ".join(t.log)
+    assert [(gpu, names) for gpu, _, _, names in started] == [(0, ["fwd", "bwd_sum"]), (1, ["bwd"])]
+    assert search.seen == ["layer_norm_fwd_kernel", "partials_sum_kernel", "layer_norm_bwd_kernel"]
+    assert {name: r["status"] for name, r in records(t).items()} == dict.fromkeys(("fwd", "bwd", "bwd_sum"), "tuned")
+    assert "GPU 0 tunes fwd, bwd_sum" in " ".join(t.log) and "GPU 1 tunes bwd" in " ".join(t.log)
     again = tuner(tmp_path, SeedSearch(), gpus=2)
-    assert again.run().status == "done" and len(started) == 2  # a re-run finds both current: nothing spawned
+    assert again.run().status == "done" and len(started) == 2  # a re-run finds all current: nothing spawned
 
 
 @pytest.mark.cpu

@@ -54,6 +54,8 @@ NORM = {
 NORM_SPEC = dataclasses.replace(SPECS["layernorm_gated"], training_problems=(NORM,), examples=())
 """The gated norm with a small training shape (the CPU interpreter cannot run the real one) and no examples."""
 NORM_IMPL = Impl("helion", "kernels.layernorm_gated:layernorm_fn")
+SUMS = "partials_sum_kernel"
+"""The gated norm's third kernel (the backward's partial sums), searched after the backward."""
 SSD = {
     "batch": 1,
     "seqlen": 40,
@@ -163,12 +165,13 @@ def _run_op(spec: Any, impl: Impl, problem: dict[str, Any], config: Any) -> dict
 
 
 def test_capture_gives_the_gated_norm_kernels_and_their_arguments():
-    """Both kernels, named as the op's config names them, with the config the op runs by default (the
+    """The three kernels, named as the op's config names them, with the config the op runs by default (the
     fallbacks); replayed on the captured arguments they reproduce the op's output and grad.x bit for bit."""
-    launches = capture(NORM_SPEC, NORM_IMPL, NORM, torch.float32, "cpu", ["fwd", "bwd"])
-    assert set(launches) == {"fwd", "bwd"}
-    fwd, bwd = launches["fwd"], launches["bwd"]
+    launches = capture(NORM_SPEC, NORM_IMPL, NORM, torch.float32, "cpu", ln.PHASES)
+    assert set(launches) == set(ln.PHASES)
+    fwd, bwd, sums = launches["fwd"], launches["bwd"], launches["bwd_sum"]
     assert fwd.kernel is ln.layer_norm_fwd_kernel and bwd.kernel is ln.layer_norm_bwd_kernel
+    assert sums.kernel is ln.partials_sum_kernel and sums.config == ln.SUM_FALLBACK
     assert fwd.config == ln.fwd_fallback_config(64) and bwd.count == 1 and len(fwd.signatures) == 1
     assert fwd.target == "kernels.layernorm_gated:layer_norm_fwd_kernel"
     values = _run_op(NORM_SPEC, NORM_IMPL, NORM, {})
@@ -266,14 +269,14 @@ def test_tunes_each_kernel_writes_as_it_goes_and_judges_the_op(tmp_path):
     t = holder["t"] = tuner(tmp_path, search)
     outcome = t.run()
     assert outcome.status == "done", t.log
-    assert search.seen == ["layer_norm_fwd_kernel", "layer_norm_bwd_kernel"]
+    assert search.seen == ["layer_norm_fwd_kernel", "layer_norm_bwd_kernel", "partials_sum_kernel"]
     found = records(t)
-    assert set(found) == {"fwd", "bwd"} and all(r["status"] == "tuned" for r in found.values())
+    assert set(found) == set(ln.PHASES) and all(r["status"] == "tuned" for r in found.values())
     assert found["bwd"]["config"] == found["bwd"]["seeds"][0] and found["bwd"]["ms"] < found["bwd"]["baseline_ms"]
     assert found["fwd"]["code_hash"] == lookup.code_hash("kernels.layernorm_gated:layer_norm_fwd_kernel")
     static = {"static_shapes": True}  # the op runs the static-shape build each kernel was tuned on
     written = json.loads(outcome.config_path.read_text())
-    assert written == {"fwd": {**found["fwd"]["config"], **static}, "bwd": {**found["bwd"]["config"], **static}}
+    assert written == {name: {**found[name]["config"], **static} for name in ln.PHASES}
     assert [j["passed"] for j in outcome.judged] == [True, True] and outcome.judged[0]["config"] == {}
 
 
@@ -419,7 +422,7 @@ def test_same_search_re_tunes_what_another_search_found_once(tmp_path):
     assert kept.seen == []
     redo = SeedSearch()
     t = tuner(tmp_path, redo, settings=SearchSettings(budget_seconds=60), same_search=True)
-    assert t.run().status == "done" and redo.seen == ["layer_norm_fwd_kernel", "layer_norm_bwd_kernel"]
+    assert t.run().status == "done" and redo.seen == ["layer_norm_fwd_kernel", "layer_norm_bwd_kernel", SUMS]
     assert any("plan bwd:" in line and "stale (search changed)" in line for line in logged(t))
     assert all(r["search"]["budget_seconds"] == 60 for r in records(t).values())
     again = SeedSearch()
@@ -446,7 +449,7 @@ def test_a_search_that_loses_the_cuda_context_resumes_in_a_worker_process(tmp_pa
     lost.clear()
     resumed = SeedSearch(isolated=("layer_norm_bwd_kernel",))
     t = tuner(tmp_path, resumed, same_search=True)
-    assert t.run().status == "done" and resumed.seen == ["layer_norm_bwd_kernel"]
+    assert t.run().status == "done" and resumed.seen == ["layer_norm_bwd_kernel", SUMS]  # the sums: never reached
     assert any("plan bwd:" in line and "worker process" in line for line in logged(t))
     assert (
         records(t)["bwd"]["search"]["benchmark_subprocess"] and not records(t)["fwd"]["search"]["benchmark_subprocess"]
@@ -513,7 +516,7 @@ def test_a_tensor_descriptor_candidate_that_loses_the_context_pins_pointer_index
     lost.clear()
     isolated = SeedSearch(isolated=("layer_norm_bwd_kernel",))
     t = tuner(tmp_path, isolated, same_search=True)
-    assert t.run().status == "done" and isolated.seen == ["layer_norm_bwd_kernel"]
+    assert t.run().status == "done" and isolated.seen == ["layer_norm_bwd_kernel", SUMS]
     search = records(t)["bwd"]["search"]
     assert search["benchmark_subprocess"] and "pointer_indexing" not in search
 
@@ -550,7 +553,7 @@ def test_a_new_shape_bucket_starts_each_search_from_the_best_found_at_another_sh
     search = SeedSearch()
     t = tuner(tmp_path, search, spec=wider)
     assert t.folder != first.folder and t.folder.parent == first.folder.parent
-    assert t.run().status == "done" and search.seen == ["layer_norm_fwd_kernel", "layer_norm_bwd_kernel"]
+    assert t.run().status == "done" and search.seen == ["layer_norm_fwd_kernel", "layer_norm_bwd_kernel", SUMS]
     tag = f"the {first.folder.name} tuning's best seeded"
     assert any("plan bwd:" in line and tag in line for line in logged(t))
     assert records(t)["bwd"]["seeds"][0] == best
@@ -639,7 +642,7 @@ def wrong_with_tuned_bwd(*, config: Any = None, **kwargs: Any) -> torch.Tensor:
 
 def test_an_assembled_config_that_fails_end_to_end_is_rejected(tmp_path, monkeypatch):
     """The op fails the engine with the tuned backward config: the assembled config is rejected, the kernels are
-    added one at a time, the backward's config is rejected (recorded) and the forward's kept."""
+    added one at a time, the backward's config is rejected (recorded) and the others kept."""
     seeds = ln.tuning_configs({"x": torch.zeros(NORM["rows"], 96), "group_size": 48}, 8)
     monkeypatch.setitem(BAD_BWD, "block_sizes", seeds[0]["bwd"]["block_sizes"])
     monkeypatch.setitem(BAD_BWD, "num_warps", seeds[0]["bwd"]["num_warps"])
@@ -648,9 +651,9 @@ def test_an_assembled_config_that_fails_end_to_end_is_rejected(tmp_path, monkeyp
     spec = dataclasses.replace(NORM_SPEC, candidates=(impl,))
     t = tuner(tmp_path, SeedSearch(), spec=spec, base=impl)
     outcome = t.run()
-    kept = {"fwd": {**records(t)["fwd"]["config"], "static_shapes": True}}
+    kept = {name: {**records(t)[name]["config"], "static_shapes": True} for name in ("fwd", "bwd_sum")}
     assert outcome.status == "done" and outcome.config == kept
-    assert [j["passed"] for j in outcome.judged] == [True, False, True, False]
+    assert [j["passed"] for j in outcome.judged] == [True, False, True, False, True]
     assert "rejected" in records(t)["bwd"] and "rejected" not in records(t)["fwd"]
     assert records(t)["bwd"]["rejected_forms"] == [BAD_BWD]
     assert json.loads(outcome.config_path.read_text()) == outcome.config
