@@ -12,7 +12,10 @@ build that training runs, seeded with the hand grid's configs of that kernel. It
 not Helion's default: the baseline is the kernel's output with the config the op runs by default, trusted
 because the op with its default configs passes the engine against the fp64 oracle at this problem (judged
 first); every tensor a candidate returns or writes must be within ``atol + rtol * max|baseline|`` of the
-baseline's (the engine's rule for a lone implementation, with the op's tolerances).
+baseline's (the engine's rule for a lone implementation, with the op's tolerances). The kernels tuned before run
+their tuned configs in the capture, so each kernel is searched on the arguments training gives it (the gated norm's
+partial sums get one row per row group of the tuned backward); a search that changes a config captures again, and
+what that changes is tuned again.
 
 Each kernel's result is written as soon as it is found (atomically, one file per kernel), keyed by the kernel's
 code hash (:func:`parity.lookup.code_hash`: its device code, not the host code around it), the library versions,
@@ -40,7 +43,7 @@ import multiprocessing
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -250,12 +253,18 @@ def capture(
     names: Sequence[str],
     launcher: str = LAUNCHER,
     seed: int = 0,
+    configs: Mapping[str, Any] | None = None,
 ) -> dict[str, Launch]:
-    """Run the op forward and backward twice on the engine's inputs of ``problem`` (seed ``seed``): with a marker
-    config per name (which kernel runs with which name: each marker launch runs the kernel's default config),
-    then with ``{}`` (every kernel as the op runs it by default), recording each named kernel's first launch:
-    a copy of its arguments taken before it ran, its config, how often and with how many argument signatures
-    it ran. ParityError if a launch carries no marker or the two runs launch different kernels."""
+    """Run the op forward and backward on the engine's inputs of ``problem`` (seed ``seed``): with a marker config
+    per name (which kernel runs with which name: each marker launch runs the kernel's default config), then with
+    ``{}`` (every kernel as the op runs it by default), recording each named kernel's first launch: a copy of its
+    arguments taken before it ran, its config, how often and with how many argument signatures it ran.
+
+    With ``configs`` (a config for some of the names), the arguments, counts and signatures are those of a third
+    run with them, each launch keeping its default config: a kernel's arguments can depend on the configs of the
+    kernels before it (the gated norm's partial sums get one row per row group of the backward), and a kernel is
+    tuned on what it gets when the others run their tuned configs. ParityError if a launch carries no marker or
+    the runs launch different kernels."""
     original = _launcher(launcher)
     impl.load()  # import the kernel modules before their launcher globals are replaced
     inputs = make_inputs(spec, problem, dtype, seed, device)
@@ -280,26 +289,36 @@ def capture(
     for kernel, name in order:
         if named.setdefault(kernel, name) != name:
             raise ParityError(f"{kernel.fn.__name__} runs under two names, {named[kernel]!r} and {name!r}")
-    launches: dict[str, Launch] = {}
-    pending = iter(order)
 
-    def record(kernel: Any, args: tuple[Any, ...], config: Any, **options: Any) -> Any:
-        expected = next(pending, None)
-        if expected is None or expected[0] is not kernel:
-            raise ParityError(f"{spec.name} launched {kernel.fn.__name__} with its default config, out of turn")
-        launch = launches.get(expected[1])
-        if launch is None:
-            launch = launches[expected[1]] = Launch(expected[1], kernel, snapshot(args), config, dict(options))
-        launch.count += 1
-        if (text := signature(args)) not in launch.signatures:
-            launch.signatures.append(text)
-        return original(kernel, args, config, **options)
+    def recorded(op_config: Mapping[str, Any], what: str) -> dict[str, Launch]:
+        launches: dict[str, Launch] = {}
+        pending = iter(order)
 
-    with _replaced(original, record):
-        _fwd_bwd(spec, dataclasses.replace(impl, config={}), inputs, dtype, seed, "capturing its kernel launches")
-    if next(pending, None) is not None:
-        raise ParityError(f"{spec.name} launched fewer kernels with its default config than with named configs")
-    return launches
+        def record(kernel: Any, args: tuple[Any, ...], config: Any, **options: Any) -> Any:
+            expected = next(pending, None)
+            if expected is None or expected[0] is not kernel:
+                raise ParityError(f"{spec.name} launched {kernel.fn.__name__} {what}, out of turn")
+            launch = launches.get(expected[1])
+            if launch is None:
+                launch = launches[expected[1]] = Launch(expected[1], kernel, snapshot(args), config, dict(options))
+            launch.count += 1
+            if (text := signature(args)) not in launch.signatures:
+                launch.signatures.append(text)
+            return original(kernel, args, config, **options)
+
+        with _replaced(original, record):
+            _fwd_bwd(spec, dataclasses.replace(impl, config=dict(op_config)), inputs, dtype, seed, f"running {what}")
+        if next(pending, None) is not None:
+            raise ParityError(f"{spec.name} launched fewer kernels {what} than with named configs")
+        return launches
+
+    launches = recorded({}, "with its default configs")
+    if not configs:
+        return launches
+    tuned = recorded(configs, f"with the tuned configs of {', '.join(configs)}")
+    for name, launch in tuned.items():
+        launch.config = launches[name].config
+    return tuned
 
 
 # ---------------------------------------------------------------------------------------------
@@ -462,18 +481,76 @@ class Tuner:
                     found[name].append(dict(sub))
         return found
 
-    def _expected(self, launch: Launch) -> dict[str, Any]:
-        """The fields a kernel's record must match to be current."""
+    def _expected_for(self, name: str, target: str) -> dict[str, Any]:
+        """The fields a record of kernel ``name`` (Python function ``target``) must match, but its signature."""
         return {
             "op": self.spec.name,
-            "kernel": launch.name,
-            "target": launch.target,
-            "code_hash": lookup.code_hash(launch.target),
+            "kernel": name,
+            "target": target,
+            "code_hash": lookup.code_hash(target),
             "versions": lookup.versions(),
             "problem": dict(self.problem),
             "dtype": dtype_name(self.dtype),
-            "signature": launch.signatures[0],
         }
+
+    def _expected(self, launch: Launch) -> dict[str, Any]:
+        """The fields a kernel's record must match to be current."""
+        return {**self._expected_for(launch.name, launch.target), "signature": launch.signatures[0]}
+
+    def _tuned_configs(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """Kernel name -> the form of its tuned config the op is first judged with (the first faster than its
+        default, as :meth:`assemble` takes it), for each record at this problem current but for its argument
+        signature: the configs a capture runs (:func:`capture`), so that each kernel is captured, checked and
+        searched on the arguments it gets when the kernels before it run their tuned configs."""
+        configs: dict[str, dict[str, Any]] = {}
+        for name in names:
+            record = _read(self.folder / "kernels" / f"{name}.json") or {}
+            if record.get("status") != "tuned" or not isinstance(record.get("target"), str):
+                continue
+            if all(record.get(k) == v for k, v in self._expected_for(name, record["target"]).items()):
+                if faster := _faster_forms(record):
+                    configs[name] = faster[0][0]
+        return configs
+
+    def _capture(self, names: Sequence[str], configs: Mapping[str, Any]) -> dict[str, Launch]:
+        """:func:`capture` of this op's kernels ``names``, the kernels of ``configs`` running those."""
+        launches = capture(
+            self.spec, self.base, self.problem, self.dtype, self.device, names, self.launcher, configs=configs
+        )
+        tuned = f", with the tuned configs of {', '.join(configs)}" if configs else ""
+        self._say(f"captured the launches of {len(launches)} kernels (forward and backward{tuned})")
+        return launches
+
+    def _follow(
+        self,
+        names: Sequence[str],
+        configs: dict[str, dict[str, Any]],
+        launches: dict[str, Launch],
+        records: dict[str, dict[str, Any]],
+        queue: list[str],
+        only: Sequence[str],
+        forced: set[str],
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, Launch]]:
+        """After a search: when the tuned configs changed, capture again; queue every kernel whose record is no
+        longer current (its arguments changed with another kernel's config; not outside ``only``, where it stays
+        untuned), and take off the queue every one not ``forced`` whose record is current again (its stale
+        arguments came from another kernel's stale config). Returns the configs and launches now current."""
+        now = self._tuned_configs(names)
+        if now == configs:
+            return configs, launches
+        launches = self._capture(names, now)
+        for name, launch in launches.items():
+            record = self._record(launch)[0]
+            if name in queue and name not in forced and record is not None:
+                queue.remove(name)
+                records[name] = record
+                self._say(f"{name}: current with the other kernels' tuned configs: not tuned again")
+            elif name in records and name not in queue and record is None:
+                del records[name]
+                if not only or name in only:
+                    queue.append(name)
+                    self._say(f"{name}: its arguments changed with another kernel's tuned config: tuned again")
+        return now, launches
 
     def _record(self, launch: Launch) -> tuple[dict[str, Any] | None, str]:
         """(the current record of a kernel or None, why it must be tuned: missing or what changed)."""
@@ -544,8 +621,8 @@ class Tuner:
             f"tune {self.spec.name} [{self.base.name}] {dtype_name(self.dtype)} on {self.device} at "
             f"{json.dumps(dict(self.problem))}: {len(seeds)} kernel names; results in {self.folder}"
         )
-        launches = capture(self.spec, self.base, self.problem, self.dtype, self.device, list(seeds), self.launcher)
-        self._say(f"captured the launches of {len(launches)} kernels (forward and backward, twice)")
+        configs = self._tuned_configs(seeds)
+        launches = self._capture(list(seeds), configs)
         todo: list[Launch] = []
         records: dict[str, dict[str, Any]] = {}
         for name in seeds:
@@ -594,14 +671,21 @@ class Tuner:
         else:
             self._say("no kernel to search: the baseline's trust is not judged")
         tolerance = kernel_tolerance(self.tolerances, self.spec.name, self.dtype)
-        if self.gpus > 1 and len(todo) > 1:
+        queue = [launch.name for launch in todo]
+        forced = set(queue) if force else set()
+        if self.gpus > 1 and len(queue) > 1:
             self._spread(todo, records)
-            todo = []  # tuned there
-        for number, launch in enumerate(todo, start=1):
-            if self._out_of_time(self._search_seconds(launch.name), f"{launch.name} ({len(todo) - number + 1} left)"):
+            queue = []  # tuned there, each GPU on its own capture: what their configs changed is tuned here
+            configs, launches = self._follow(list(seeds), configs, launches, records, queue, only, forced)
+        number = 0
+        while queue:
+            name = queue.pop(0)
+            if self._out_of_time(self._search_seconds(name), f"{name} ({len(queue) + 1} left)"):
                 return Outcome("incomplete", list(records.values()), judged)
-            self._say(f"tuning {launch.name} ({number}/{len(todo)})")
-            records[launch.name] = self.tune_kernel(launch, seeds[launch.name], tolerance)
+            number += 1
+            self._say(f"tuning {name} ({number}/{number + len(queue)})")
+            records[name] = self.tune_kernel(launches[name], seeds[name], tolerance)
+            configs, launches = self._follow(list(seeds), configs, launches, records, queue, only, forced)
         left = [n for n in launches if n not in records]
         if left:
             self._say(f"not tuned yet: {', '.join(left)}; run again (without --kernel) to finish and judge the op")
@@ -628,7 +712,7 @@ class Tuner:
         process of :func:`spread`, on its own GPU; the trust of the default configs was judged by its parent)."""
         inputs = make_inputs(self.spec, self.problem, self.dtype, 0, self.device)
         seeds = self.names_and_seeds(inputs)
-        launches = capture(self.spec, self.base, self.problem, self.dtype, self.device, list(seeds), self.launcher)
+        launches = self._capture(list(seeds), self._tuned_configs(seeds))
         tolerance = kernel_tolerance(self.tolerances, self.spec.name, self.dtype)
         for number, name in enumerate(names, start=1):
             if self._out_of_time(self._search_seconds(name), f"{name} ({len(names) - number + 1} left)"):
@@ -800,10 +884,9 @@ class Tuner:
         candidates: dict[str, list[dict[str, Any]]] = {}
         gains = {}
         for name, record in records.items():
-            if record.get("status") != "tuned" or not (forms := _forms(record)):
+            if record.get("status") != "tuned" or not _forms(record):
                 continue
-            faster = [(form, ms) for form, ms in forms if ms < record["baseline_ms"]]
-            if faster:
+            if faster := _faster_forms(record):
                 candidates[name] = [form for form, _ in faster]
                 gains[name] = record["baseline_ms"] - faster[0][1]
             else:
@@ -928,6 +1011,11 @@ def _forms(record: Mapping[str, Any]) -> list[tuple[dict[str, Any], float]]:
         forms.append((_as_tuned(record["common_config"]), float(record["common_ms"])))
     rejected = record.get("rejected_forms", [])
     return [(form, ms) for form, ms in forms if form not in rejected]
+
+
+def _faster_forms(record: Mapping[str, Any]) -> list[tuple[dict[str, Any], float]]:
+    """The forms of a tuned kernel config (:func:`_forms`) faster than its default config, in their order."""
+    return [(form, ms) for form, ms in _forms(record) if ms < record["baseline_ms"]]
 
 
 def _as_tuned(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -248,7 +248,8 @@ class _Inline:
 @pytest.mark.cpu
 def test_tune_deals_kernels_to_one_process_per_gpu_then_assembles(tmp_path, monkeypatch):
     """``parity tune`` on 2 GPUs: fwd and the partial sums searched by GPU 0's process, bwd by GPU 1's, each writing
-    its records; the parent reads them back and judges the assembled config, as one process would."""
+    its records; the parent reads them back, searches the partial sums again (GPU 0 searched them on the partials of
+    the default backward, and the tuned one has another row-group count), and judges the assembled config."""
     from test_tune import NORM_SPEC, SeedSearch, records, tuner
 
     from parity import registry, tune
@@ -261,7 +262,16 @@ def test_tune_deals_kernels_to_one_process_per_gpu_then_assembles(tmp_path, monk
     outcome = t.run()
     assert outcome.status == "done", t.log
     assert [(gpu, names) for gpu, _, _, names in started] == [(0, ["fwd", "bwd_sum"]), (1, ["bwd"])]
-    assert search.seen == ["layer_norm_fwd_kernel", "partials_sum_kernel", "layer_norm_bwd_kernel"]
+    assert search.seen == [
+        "layer_norm_fwd_kernel",
+        "partials_sum_kernel",
+        "layer_norm_bwd_kernel",
+        "partials_sum_kernel",
+    ]
+    assert any(
+        line.endswith("bwd_sum: its arguments changed with another kernel's tuned config: tuned again")
+        for line in t.log
+    )
     assert {name: r["status"] for name, r in records(t).items()} == dict.fromkeys(("fwd", "bwd", "bwd_sum"), "tuned")
     assert "GPU 0 tunes fwd, bwd_sum" in " ".join(t.log) and "GPU 1 tunes bwd" in " ".join(t.log)
     again = tuner(tmp_path, SeedSearch(), gpus=2)

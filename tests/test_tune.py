@@ -280,6 +280,57 @@ def test_tunes_each_kernel_writes_as_it_goes_and_judges_the_op(tmp_path):
     assert [j["passed"] for j in outcome.judged] == [True, True] and outcome.judged[0]["config"] == {}
 
 
+class PinnedSearch(SeedSearch):
+    """A :class:`SeedSearch` that returns ``pinned[kernel function name]`` for those kernels (as a search that
+    found that config), searching the others over their seeds."""
+
+    def __init__(self, pinned: dict[str, dict[str, Any]]):
+        super().__init__()
+        self.pinned = pinned
+
+    def __call__(self, kernel: Any, args: tuple[Any, ...]) -> dict[str, Any]:
+        if kernel.fn.__name__ not in self.pinned:
+            return super().__call__(kernel, args)
+        self.seen.append(kernel.fn.__name__)
+        return dict(self.pinned[kernel.fn.__name__])
+
+
+def partial_rows(launch: Any) -> int:
+    """The row groups of the gated norm's partials a captured ``partials_sum_kernel`` launch sums."""
+    return int(launch.args[0].shape[1])
+
+
+def test_the_partial_sums_are_tuned_on_the_row_groups_of_the_tuned_backward(tmp_path):
+    """The partial sums' arguments depend on the backward's config (one row per row group): they are captured and
+    searched with the backward's tuned config, not its default; a backward re-tuned to another row-group count
+    makes the sums' record stale, and the next run tunes them again on the new partials."""
+    default = capture(NORM_SPEC, NORM_IMPL, NORM, torch.float32, "cpu", ln.PHASES)
+    four, seven = {"block_sizes": [2, 1]}, {"block_sizes": [1, 1]}  # 4 and 7 row groups of the 7 rows
+    assert partial_rows(default["bwd_sum"]) not in (4, 7)
+    tuned = capture(
+        NORM_SPEC, NORM_IMPL, NORM, torch.float32, "cpu", ln.PHASES, configs={"bwd": {**four, "static_shapes": True}}
+    )
+    assert partial_rows(tuned["bwd_sum"]) == 4
+    assert {n: launch.config for n, launch in tuned.items()} == {n: launch.config for n, launch in default.items()}
+    assert tuned["bwd"].signatures == default["bwd"].signatures  # the backward's own arguments: its inputs
+
+    t = tuner(tmp_path, PinnedSearch({"layer_norm_bwd_kernel": four}))
+    assert t.run().status == "done", logged(t)
+    assert records(t)["bwd_sum"]["signature"] == tuned["bwd_sum"].signatures[0]
+
+    again = PinnedSearch({"layer_norm_bwd_kernel": seven})
+    t = tuner(tmp_path, again)
+    outcome = t.run(only=["bwd"], force=True)
+    assert outcome.status == "incomplete" and again.seen == ["layer_norm_bwd_kernel"]
+    assert any("not tuned yet: bwd_sum" in line for line in logged(t))
+
+    third = SeedSearch()
+    t = tuner(tmp_path, third)
+    assert t.run().status == "done", logged(t)
+    assert third.seen == ["partials_sum_kernel"]
+    assert "[1, 7, 96]" in records(t)["bwd_sum"]["signature"]
+
+
 class FullConfigSearch:
     """A stand-in for Helion's autotuner that returns what Helion returns: the bound kernel's default config with
     every field written out, per-operation lists as long as the tuned build's loads and stores."""

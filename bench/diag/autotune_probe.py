@@ -52,6 +52,7 @@ def main() -> None:
     import helion
     import torch
 
+    from kernels.layernorm_gated import PHASES
     from parity import device, registry, tolerances
     from parity.runner import run_problem
     from parity.tune import capture
@@ -63,7 +64,7 @@ def main() -> None:
         problem = dict(spec.training_problems[0])
         tols = tolerances.load()
         results = run_problem(spec, [impl], problem, torch.bfloat16, 0, "cuda", tols)
-        capture(spec, impl, problem, torch.bfloat16, "cuda", ["fwd", "bwd"])
+        capture(spec, impl, problem, torch.bfloat16, "cuda", PHASES)
         print(f"parity state: judged ({all(r.passed for r in results)}) and captured", flush=True)
 
     from kernels.layernorm_gated import layer_norm_fwd_kernel
