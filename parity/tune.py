@@ -660,7 +660,9 @@ class Tuner:
             return Outcome("planned", kernels=list(records.values()))
         judged: list[dict[str, Any]] = []  # the trust's verdict, when judged
         if todo:  # the searches' baseline; with none to run, the judgement of the tuned configs is what counts
-            trust = self.judge({}, "the default configs (the baseline's trust)")
+            # at the tuning problem alone: the searches' baselines run there (the examples' builds are the final
+            # judgement's, with the tuned configs)
+            trust = self.judge({}, "the default configs (the baseline's trust)", examples=False)
             if trust is None:
                 return Outcome("incomplete", kernels=list(records.values()))
             judged.append(trust)
@@ -814,12 +816,13 @@ class Tuner:
         verify(compiled(*copy), copy)
         return self.timer(lambda: compiled(*copy))
 
-    def judge(self, config: Mapping[str, Any], what: str) -> dict[str, Any] | None:
-        """The engine's verdict on the op with ``config``, forward and backward, at the problem and the op's
-        pinned examples, with the fwd+bwd time at the problem; stored per config (a stored verdict for the same
-        op source, versions, problems and dtype is reused). None when the time limit is reached first."""
+    def judge(self, config: Mapping[str, Any], what: str, *, examples: bool = True) -> dict[str, Any] | None:
+        """The engine's verdict on the op with ``config``, forward and backward, at the problem and (with
+        ``examples``) the op's pinned examples, with the fwd+bwd time at the problem; stored per config (a stored
+        verdict for the same op source, versions, problems and dtype is reused, and so is a pass on more problems).
+        None when the time limit is reached first."""
         impl = dataclasses.replace(self.base, name=f"{self.base.name.split('-cfg')[0]}-tune", config=dict(config))
-        problems = [dict(self.problem), *map(dict, self.spec.examples)]
+        problems = [dict(self.problem), *(map(dict, self.spec.examples) if examples else ())]
         key = {
             "op": self.spec.name,
             "target": _target(self.base),
@@ -831,7 +834,9 @@ class Tuner:
         }
         path = self.folder / "judged" / f"{_hash(key)[:16]}.json"
         stored = _read(path)
-        if stored is not None and all(stored.get(k) == v for k, v in key.items()):
+        if stored is None or any(stored.get(k) != v for k, v in key.items()):
+            stored = self._passed_on_more(key)
+        if stored is not None:
             self._say(f"judged before: {what}: {'pass' if stored['passed'] else 'FAIL'}")
             return stored
         if self._out_of_time(self._judging_seconds(), f"judging {what}"):
@@ -856,6 +861,19 @@ class Tuner:
             self.log(message)
         return record
 
+    def _passed_on_more(self, key: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A stored verdict that passed with ``key``'s config on every problem of ``key`` and more (the trust, judged
+        at the tuning problem alone, finds the verdict of an earlier run that also judged the examples)."""
+        for path in sorted((self.folder / "judged").glob("*.json")):
+            stored = _read(path) or {}
+            if (
+                stored.get("passed")
+                and all(stored.get(k) == v for k, v in key.items() if k != "problems")
+                and all(problem in stored.get("problems", []) for problem in key["problems"])
+            ):
+                return stored
+        return None
+
     def _search_seconds(self, name: str) -> float:
         """How long the search of kernel ``name`` is expected to take: its budget, or the longest search stored
         for this op, shape and dtype with the same settings if longer (Helion's final verification of the best
@@ -868,13 +886,16 @@ class Tuner:
 
     def _judging_seconds(self) -> float:
         """How long a judgement is expected to take (a judgement compiles the kernels whose config changed): the
-        longest one of tuned configs stored for this op, shape and dtype, else the trust's (0 when none says).
-        The trust's own time is no guide once tuned ones exist: it also built every default-config kernel on a
-        cold compile cache (H200 run 26, SSD: 132 s, then 8-66 s for each tuned config). The time limit starts
-        none that would be cut."""
+        longest one of tuned configs stored for this op, shape and dtype, else the trust's, per problem times the
+        problems of a full judgement (the trust judges the tuning problem alone; 0 when none says). The trust's own
+        time is no guide once tuned ones exist: it also built every default-config kernel on a cold compile cache
+        (H200 run 26, SSD: 132 s, then 8-66 s for each tuned config). The time limit starts none that would be
+        cut."""
         stored = [_read(path) or {} for path in (self.folder / "judged").glob("*.json")]
         tuned = [float(r.get("seconds", 0.0)) for r in stored if r.get("config")]
-        return max(tuned or [float(r.get("seconds", 0.0)) for r in stored], default=0.0)
+        full = 1 + len(self.spec.examples)
+        trust = [float(r.get("seconds", 0.0)) * full / max(1, len(r.get("problems") or ())) for r in stored]
+        return max(tuned or trust, default=0.0)
 
     def assemble(self, records: dict[str, dict[str, Any]], judged: list[dict[str, Any]]) -> Outcome:
         """Judge every tuned kernel config that is faster than its default together; if that fails, add them one

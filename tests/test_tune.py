@@ -331,6 +331,31 @@ def test_the_partial_sums_are_tuned_on_the_row_groups_of_the_tuned_backward(tmp_
     assert "[1, 7, 96]" in records(t)["bwd_sum"]["signature"]
 
 
+def test_the_trust_is_judged_at_the_tuning_problem_and_a_pass_on_more_problems_answers_it(tmp_path):
+    """The trust (the searches' baseline) is judged at the tuning problem alone; the tuned configs' judgement adds
+    the op's examples. A stored pass of the default configs on more problems (an earlier run that judged the trust
+    with the examples) is reused, not judged again."""
+    example = {**NORM, "rows": 5}
+    spec = dataclasses.replace(NORM_SPEC, examples=(example,))
+    t = tuner(tmp_path, SeedSearch(), spec=spec)
+    outcome = t.run()
+    assert outcome.status == "done", logged(t)
+    assert [j["problems"] for j in outcome.judged] == [[NORM], [NORM, example]]
+    [trust] = [p for p in (t.folder / "judged").glob("*.json") if json.loads(p.read_text())["config"] == {}]
+    earlier = {**json.loads(trust.read_text()), "problems": [NORM, example]}
+    trust.unlink()
+    (t.folder / "judged" / "earlier.json").write_text(json.dumps(earlier))
+    again = tuner(tmp_path, SeedSearch(), spec=spec)
+    assert again.run(only=["fwd"], force=True).status == "done", logged(again)
+    assert any("judged before: the default configs" in line for line in logged(again))
+    assert not any("judging the default configs" in line for line in logged(again))
+    earlier["passed"] = False  # a failure on more problems says nothing about the tuning problem alone
+    (t.folder / "judged" / "earlier.json").write_text(json.dumps(earlier))
+    third = tuner(tmp_path, SeedSearch(), spec=spec)
+    assert third.run(only=["fwd"], force=True).status == "done", logged(third)
+    assert any("judging the default configs" in line and "1 problem(s)" in line for line in logged(third))
+
+
 class FullConfigSearch:
     """A stand-in for Helion's autotuner that returns what Helion returns: the bound kernel's default config with
     every field written out, per-operation lists as long as the tuned build's loads and stores."""
@@ -760,6 +785,23 @@ def test_time_limit_starts_no_judgement_longer_than_the_last_one_took(tmp_path):
     search = SeedSearch()
     t = tuner(tmp_path, search, time_limit=600)
     assert t.run(force=True).status == "incomplete" and search.seen
+    assert any("stopping before judging the tuned configs" in line for line in logged(t))
+
+
+def test_time_limit_scales_the_trusts_time_to_the_problems_of_a_full_judgement(tmp_path):
+    """The trust judges the tuning problem alone: with no tuned configs' verdict stored, a judgement of the problem
+    and one example is expected to take twice the trust's 400 s, and a 600 s limit starts none."""
+    spec = dataclasses.replace(NORM_SPEC, examples=({**NORM, "rows": 5},))
+    first = tuner(tmp_path, SeedSearch(), spec=spec)
+    assert first.run().status == "done"
+    for path in sorted((first.folder / "judged").glob("*.json")):
+        record = json.loads(path.read_text())
+        if record["config"]:
+            path.unlink()
+        else:
+            path.write_text(json.dumps({**record, "seconds": 400.0}))
+    t = tuner(tmp_path, SeedSearch(), spec=spec, time_limit=600)
+    assert t.run(force=True).status == "incomplete"
     assert any("stopping before judging the tuned configs" in line for line in logged(t))
 
 
