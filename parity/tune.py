@@ -607,6 +607,16 @@ class Tuner:
                 found.append((where, dict(record["config"])))
         return found
 
+    def _seed_earlier(self, name: str, seeds: list[dict[str, Any]]) -> list[str | None]:
+        """Put the earlier bests of kernel ``name`` (:meth:`_earlier_bests`) first among ``seeds``, in their order,
+        each once; return where each one put there came from."""
+        earlier: list[tuple[str | None, dict[str, Any]]] = []
+        for where, config in self._earlier_bests(name):
+            if config not in seeds and config not in [c for _, c in earlier]:
+                earlier.append((where, config))
+        seeds[:0] = [config for _, config in earlier]
+        return [where for where, _ in earlier]
+
     def run(self, *, only: Sequence[str] = (), force: bool = False, plan: bool = False) -> Outcome:
         """Capture, then (unless ``plan``) establish the baseline's trust (when a kernel is to be searched), tune each
         kernel not tuned yet (only ``only`` if given; every one with ``force``), and judge the assembled config."""
@@ -641,12 +651,8 @@ class Tuner:
                     state += ", benchmarked in a worker process (a search here lost the CUDA context)"
                 elif search.pointer_indexing:
                     state += ", pointer indexing only (a tensor-descriptor candidate lost the CUDA context)"
-                earlier: list[dict[str, Any]] = []  # earlier bests start this search, in their order
-                for where, config in self._earlier_bests(name):
-                    if config not in seeds[name] and config not in earlier:
-                        earlier.append(config)
-                        state += ", its last best config seeded" if where is None else f", {where}'s best seeded"
-                seeds[name][:0] = earlier
+                for where in self._seed_earlier(name, seeds[name]):
+                    state += ", its last best config seeded" if where is None else f", {where}'s best seeded"
                 if not only or name in only:
                     todo.append(launch)
                 else:
@@ -686,6 +692,7 @@ class Tuner:
                 return Outcome("incomplete", list(records.values()), judged)
             number += 1
             self._say(f"tuning {name} ({number}/{number + len(queue)})")
+            self._seed_earlier(name, seeds[name])  # a kernel queued again since the plan: its last best first
             records[name] = self.tune_kernel(launches[name], seeds[name], tolerance)
             configs, launches = self._follow(list(seeds), configs, launches, records, queue, only, forced)
         left = [n for n in launches if n not in records]

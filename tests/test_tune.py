@@ -331,6 +331,30 @@ def test_the_partial_sums_are_tuned_on_the_row_groups_of_the_tuned_backward(tmp_
     assert "[1, 7, 96]" in records(t)["bwd_sum"]["signature"]
 
 
+def test_a_kernel_whose_arguments_change_with_a_re_tuned_kernel_is_tuned_again_from_its_last_best(
+    tmp_path, monkeypatch
+):
+    """The backward's source changes and its re-tune picks another row-group count: the partial sums, current at
+    the plan (the default backward gives them as many rows as the old tuned one), are queued again after the
+    backward's search and searched from their last best."""
+    sums_best = {"block_sizes": [8, 64]}
+    two = {"block_sizes": [4, 1]}  # 2 row groups of the 7 rows, as many as the default backward's
+    assert tuner(tmp_path, PinnedSearch({"layer_norm_bwd_kernel": two, SUMS: sums_best})).run().status == "done"
+    original = lookup.code_hash
+    edited = "kernels.layernorm_gated:layer_norm_bwd_kernel"
+    monkeypatch.setattr(lookup, "code_hash", lambda target: "edited" if target == edited else original(target))
+    again = PinnedSearch({"layer_norm_bwd_kernel": {"block_sizes": [2, 1]}})
+    t = tuner(tmp_path, again)
+    assert t.run().status == "done", logged(t)
+    assert again.seen == ["layer_norm_bwd_kernel", SUMS]
+    assert any(
+        line.endswith("bwd_sum: its arguments changed with another kernel's tuned config: tuned again")
+        for line in logged(t)
+    )
+    found = records(t)["bwd_sum"]
+    assert found["seeds"][0] == sums_best and "[1, 4, 96]" in found["signature"]
+
+
 def test_the_trust_is_judged_at_the_tuning_problem_and_a_pass_on_more_problems_answers_it(tmp_path):
     """The trust (the searches' baseline) is judged at the tuning problem alone; the tuned configs' judgement adds
     the op's examples. A stored pass of the default configs on more problems (an earlier run that judged the trust
