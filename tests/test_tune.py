@@ -153,6 +153,12 @@ def logged(t: Tuner) -> Lines:
     return t.log
 
 
+def edit_kernel_source(monkeypatch: pytest.MonkeyPatch, edited: str) -> None:
+    """As if the device code of kernel ``edited`` (``module:function``) changed: its code hash does."""
+    original = lookup.code_hash
+    monkeypatch.setattr(lookup, "code_hash", lambda target: "edited" if target == edited else original(target))
+
+
 def records(t: Tuner) -> dict[str, dict[str, Any]]:
     return {p.stem: json.loads(p.read_text()) for p in sorted((t.folder / "kernels").glob("*.json"))}
 
@@ -340,9 +346,7 @@ def test_a_kernel_whose_arguments_change_with_a_re_tuned_kernel_is_tuned_again_f
     sums_best = {"block_sizes": [8, 64]}
     two = {"block_sizes": [4, 1]}  # 2 row groups of the 7 rows, as many as the default backward's
     assert tuner(tmp_path, PinnedSearch({"layer_norm_bwd_kernel": two, SUMS: sums_best})).run().status == "done"
-    original = lookup.code_hash
-    edited = "kernels.layernorm_gated:layer_norm_bwd_kernel"
-    monkeypatch.setattr(lookup, "code_hash", lambda target: "edited" if target == edited else original(target))
+    edit_kernel_source(monkeypatch, "kernels.layernorm_gated:layer_norm_bwd_kernel")
     again = PinnedSearch({"layer_norm_bwd_kernel": {"block_sizes": [2, 1]}})
     t = tuner(tmp_path, again)
     assert t.run().status == "done", logged(t)
@@ -481,9 +485,7 @@ def test_a_rerun_skips_what_is_current_and_a_changed_source_re_tunes(tmp_path, m
     t = tuner(tmp_path, again)
     assert t.run().status == "done" and again.seen == []
     assert any("judged before" in line for line in logged(t))
-    original = lookup.code_hash
-    edited = "kernels.layernorm_gated:layer_norm_bwd_kernel"
-    monkeypatch.setattr(lookup, "code_hash", lambda target: "edited" if target == edited else original(target))
+    edit_kernel_source(monkeypatch, "kernels.layernorm_gated:layer_norm_bwd_kernel")
     path = t.folder / "kernels" / "bwd.json"
     best = {"block_sizes": [16, 1], "num_warps": 1}  # a config of no seed: as a search outside the grid finds
     path.write_text(json.dumps({**json.loads(path.read_text()), "config": best}))
