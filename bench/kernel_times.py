@@ -36,6 +36,8 @@ from parity.results import HOST_PHASES, stamped
 KERNEL_TARGET = 1.0
 """The tuning issue's target: every Helion kernel at least as fast as its mamba-ssm counterpart."""
 
+PHASES = ("fwd", "bwd")
+
 Table = dict[str, dict[str, float]]
 """Kernel name -> {"calls": launches per iteration, "us": microseconds per iteration}."""
 
@@ -65,10 +67,25 @@ COUNTERPARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 dB, dC and dCB (with the intra-chunk decay gradient) are one part: the two ports split that work differently, and
 mamba-ssm launches ``_bmm_chunk_bwd_kernel`` for both dB and dC. bwd_ddt is the chunk_cumsum backward (ddt += dA A,
 dt's softplus and clamp, dA and ddt_bias): Helion's kernel also takes the per-step decay gradient's sums that
-mamba-ssm does in PyTorch before its kernel (the flip-cumsum-flip and adds), which stay in mamba-ssm's rest. What
-no part names (PyTorch's glue: that, zero fills, Helion's partial sums of grad A, dt_bias and D) is the rest,
-compared as a whole. norm_bwd's Helion side includes its partial sums' kernel; mamba-ssm sums its partials in
+mamba-ssm does in PyTorch before its kernel, so those PyTorch kernels count to it too (:data:`GLUE`). What no part
+names (PyTorch's glue: the adds of those sums, zero fills, Helion's partial sums of grad A, dt_bias and D) is the
+rest, compared as a whole. norm_bwd's Helion side includes its partial sums' kernel; mamba-ssm sums its partials in
 PyTorch, in its rest."""
+
+GLUE: dict[str, tuple[str, ...]] = {"bwd_ddt": ("flip_kernel_impl", "tensor_kernel_scan_innermost_dim")}
+"""Parts that also own PyTorch kernels, by a substring of the kernel's name, on either backend's side. mamba-ssm's
+backward turns the gradient of dA_cumsum into the per-step gradient in PyTorch: a flip-cumsum-flip (ddA_prev) and a
+cumsum after ``_chunk_state_bwd_db`` (ddA_next); in its backward no other flip or cumsum runs. Helion's
+``_helion_ddt_kernel`` does both sums. Their adds (``ddA += ddA_next + ddA_prev``) are generic elementwise kernels
+that other glue launches too, so they stay in the rest: mamba-ssm's side of bwd_ddt is the smaller for it."""
+
+
+def part_of(name: str) -> str | None:
+    """The part of :data:`COUNTERPARTS` that a kernel of either backend belongs to (None: the rest)."""
+    for part, (helion_names, mamba_names) in COUNTERPARTS.items():
+        if name in helion_names or name in mamba_names or any(glue in name for glue in GLUE.get(part, ())):
+            return part
+    return None
 
 
 def kernel_table(events: Iterable[Any], iters: int) -> Table:
@@ -135,15 +152,15 @@ def total_us(table: Table) -> float:
 def counterpart_ratios(mamba: Table, helion: Table) -> dict[str, dict[str, float | None]]:
     """Per part of :data:`COUNTERPARTS` present in either table, and for the rest: mamba-ssm's and Helion's
     microseconds and mamba-ssm's over Helion's (None where a side has none of its kernels)."""
-    known = {name for parts in COUNTERPARTS.values() for names in parts for name in names}
     rows: dict[str, dict[str, float | None]] = {}
-    parts = {part: (set(h), set(m)) for part, (h, m) in COUNTERPARTS.items()}
-    parts["rest"] = ({n for n in helion if n not in known}, {n for n in mamba if n not in known})
-    for part, (helion_names, mamba_names) in parts.items():
-        h_us = sum(row["us"] for name, row in helion.items() if name in helion_names)
-        m_us = sum(row["us"] for name, row in mamba.items() if name in mamba_names)
-        if not (set(helion) & helion_names or set(mamba) & mamba_names):
+    for part in [*COUNTERPARTS, "rest"]:
+        wanted = None if part == "rest" else part
+        helion_names = [name for name in helion if part_of(name) == wanted]
+        mamba_names = [name for name in mamba if part_of(name) == wanted]
+        if not (helion_names or mamba_names):
             continue
+        h_us = sum(helion[name]["us"] for name in helion_names)
+        m_us = sum(mamba[name]["us"] for name in mamba_names)
         ratio = m_us / h_us if h_us > 0 and m_us > 0 else None
         rows[part] = {"mamba_us": m_us, "helion_us": h_us, "ratio": ratio}
     return rows
@@ -167,6 +184,25 @@ def print_table(backend: str, phase: str, table: Table) -> None:
         print(f"  {row['us']:9.1f} us  x{row['calls']:<4.0f} {name[:110]}")
 
 
+def recount(path: Path, json_path: str | None) -> int:
+    """Print the counterparts of a saved kernel-times result under this module's pairing (no GPU); with
+    ``json_path``, write the result again with them replaced (its profiled tables unchanged)."""
+    try:
+        payload = json.loads(path.read_text())
+        mamba, helion = payload["backends"]["mamba"], payload["backends"]["helion"]
+        counterparts = {phase: counterpart_ratios(mamba[phase], helion[phase]) for phase in PHASES}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        print(f"kernel_times: {path} is not a kernel-times result: {error!r}", file=sys.stderr)
+        return 2
+    for phase, rows in counterparts.items():
+        print_counterparts(phase, rows)
+    if json_path:
+        payload["counterparts"] = counterparts
+        payload["meta"]["recounted"] = " ".join([sys.executable.split("/")[-1], *sys.argv])
+        atomic_write(json_path, json.dumps(payload, indent=1) + "\n")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=sorted(set(mixer.SHAPES) - {"tiny"}), default="nemotron")
@@ -174,7 +210,12 @@ def main() -> int:
     parser.add_argument("--json", dest="json_path", default=None)
     parser.add_argument("--ssd-config", default=None, help="JSON file with the Helion SSD config (default: promoted)")
     parser.add_argument("--norm-config", default=None, help="JSON file with the Helion norm config (default: promoted)")
+    parser.add_argument(
+        "--recount", type=Path, help="a saved kernel-times JSON: its counterparts under this pairing (no GPU)"
+    )
     args = parser.parse_args()
+    if args.recount:
+        return recount(args.recount, args.json_path)
     if not torch.cuda.is_available():
         print("kernel_times: needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -206,7 +247,7 @@ def main() -> int:
             )
         torch.cuda.empty_cache()
     counterparts = {}
-    for phase in ("fwd", "bwd"):
+    for phase in PHASES:
         mamba_us, helion_us = results["mamba"][f"{phase}_us"], results["helion"][f"{phase}_us"]
         print(f"{phase}: mamba-ssm {mamba_us:.1f} us, Helion {helion_us:.1f} us, ratio {mamba_us / helion_us:.2f}x")
         counterparts[phase] = counterpart_ratios(results["mamba"][phase], results["helion"][phase])

@@ -332,6 +332,47 @@ def test_kernel_times_pairs_each_part_with_its_mamba_counterpart_and_the_report_
     assert "Helion slower than mamba-ssm: bwd bwd_dB_dC_dCB 0.75x" in (tmp_path / "r" / "summary.md").read_text()
 
 
+def test_kernel_times_counts_the_decay_gradient_sums_to_bwd_ddt_on_both_sides_and_recounts_a_saved_result(
+    tmp_path, capsys, monkeypatch
+):
+    """mamba-ssm's flip-cumsum-flip and cumsum of the per-step decay gradient (PyTorch kernels) are part of bwd_ddt,
+    whose Helion kernel does those sums; its generic adds stay in the rest. A saved result is recounted without a
+    GPU, and a file that is not one gets one error line."""
+    kt = bench_scripts.load("kernel_times")
+    flip = "void at::native::index_elementwise_kernel<128, 4, at::native::flip_kernel_impl<at::native::OpaqueType<4> >"
+    scan = "void at::native::tensor_kernel_scan_innermost_dim<float, std::plus<float> >(float*, float const*)"
+    add = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>"
+    mamba = {
+        "_chunk_cumsum_bwd_kernel": {"calls": 1.0, "us": 10.0},
+        flip: {"calls": 2.0, "us": 8.0},
+        scan: {"calls": 2.0, "us": 14.0},
+        add: {"calls": 2.0, "us": 6.0},
+    }
+    helion = {"_helion_ddt_kernel": {"calls": 1.0, "us": 16.0}, scan: {"calls": 1.0, "us": 4.0}}
+    pairs = kt.counterpart_ratios(mamba, helion)
+    assert pairs["bwd_ddt"] == {"mamba_us": 32.0, "helion_us": 20.0, "ratio": 1.6}
+    assert pairs["rest"] == {"mamba_us": 6.0, "helion_us": 0.0, "ratio": None}
+    assert kt.part_of(add) is None and kt.part_of("_chunk_scan_fwd_kernel") == "chunk_scan"
+
+    saved = tmp_path / "kernels.json"
+    backends = {name: {"fwd": {}, "bwd": table} for name, table in (("mamba", mamba), ("helion", helion))}
+    old = {"bwd": {"bwd_ddt": {"mamba_us": 10.0, "helion_us": 16.0, "ratio": 0.625}}}
+    saved.write_text(json.dumps({"meta": {"gpu": "NVIDIA H200"}, "backends": backends, "counterparts": old}))
+    again = tmp_path / "recounted.json"
+    monkeypatch.setattr("sys.argv", ["kernel_times.py", "--recount", str(saved), "--json", str(again)])
+    assert kt.main() == 0
+    assert "bwd bwd_ddt: mamba-ssm 32.0 us, Helion 20.0 us, 1.60x (target >= 1.0x: met)" in capsys.readouterr().out
+    recounted = json.loads(again.read_text())
+    assert recounted["counterparts"]["bwd"]["bwd_ddt"]["ratio"] == 1.6 and recounted["backends"] == backends
+    assert "--recount" in recounted["meta"]["recounted"]
+
+    saved.write_text('{"meta": {}}')
+    monkeypatch.setattr("sys.argv", ["kernel_times.py", "--recount", str(saved)])
+    assert kt.main() == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kernel_times: {saved} is not a kernel-times result") and "\n" not in err
+
+
 @pytest.mark.parametrize(
     ("content", "needle"),
     [
