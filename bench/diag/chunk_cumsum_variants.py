@@ -9,7 +9,7 @@ are compared with the shipped kernel's (max abs difference) so that a fast but d
   (no permute before the scan), as mamba-ssm lays it out;
 - ``fast_softplus``: mamba-ssm's ``log(exp(x) + 1)`` instead of ``log1p(exp(x))``;
 - ``no_tail_fix``: without the copy of the last real position's sum past seqlen (exact only when seqlen is a
-  multiple of the chunk; timing only).
+  multiple of the chunk; timing only); ``tail_fix_last_chunk``: the copy only in a chunk that reaches past seqlen.
 
     python bench/diag/chunk_cumsum_variants.py --shape nemotron --json out.json
 """
@@ -44,9 +44,11 @@ def heads_major_kernel(
     chunk_size: int,
     chunk_block: hl.constexpr,
     fast_softplus: hl.constexpr,
-    tail_fix: hl.constexpr,
+    tail_fix: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The shipped kernel with dt read as (batch, nheads, seqlen) and the two switches of the module doc."""
+    """The shipped kernel with dt read as (batch, nheads, seqlen), mamba-ssm's softplus if ``fast_softplus``, and
+    the tail copy past seqlen never (``tail_fix`` 0), always (1, as shipped) or only in a chunk that reaches past
+    seqlen (2)."""
     batch, nheads, seqlen = dt_t.shape
     chunk_size = hl.specialize(chunk_size)
     nchunks = (seqlen + chunk_size - 1) // chunk_size
@@ -69,11 +71,13 @@ def heads_major_kernel(
         decay = step * A[tile_h].to(torch.float32)[:, None]
         hl.store(dt_out, [tile_b.begin, tile_h, tile_c.begin, offs], step, extra_mask=in_chunk[None, :])
         cumsum = torch.cumsum(decay, dim=1)
-        if tail_fix:
+        if tail_fix == 0 or (tail_fix == 2 and tile_c.begin * chunk_size + chunk_size <= seqlen):
+            hl.store(dA_cumsum, [tile_b.begin, tile_h, tile_c.begin, offs], cumsum, extra_mask=in_chunk[None, :])
+        else:
             last = valid & ~((offs + 1 < chunk_size) & (pos + 1 < seqlen))
             end = torch.sum(torch.where(last[None, :], cumsum, 0.0), dim=1)
-            cumsum = torch.where(valid[None, :], cumsum, end[:, None])
-        hl.store(dA_cumsum, [tile_b.begin, tile_h, tile_c.begin, offs], cumsum, extra_mask=in_chunk[None, :])
+            fixed = torch.where(valid[None, :], cumsum, end[:, None])
+            hl.store(dA_cumsum, [tile_b.begin, tile_h, tile_c.begin, offs], fixed, extra_mask=in_chunk[None, :])
     return dA_cumsum, dt_out
 
 
@@ -83,10 +87,11 @@ def variants(shipped: tuple[Any, ...]) -> dict[str, tuple[Any, tuple[Any, ...]]]
     dt_t = dt.transpose(1, 2)
     return {
         "shipped": (chunk_cumsum_kernel, shipped),
-        "heads_major": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, False, True)),
-        "fast_softplus": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, True, True)),
-        "no_tail_fix": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, False, False)),
-        "all_three": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, True, False)),
+        "heads_major": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, False, 1)),
+        "fast_softplus": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, True, 1)),
+        "no_tail_fix": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, False, 0)),
+        "tail_fix_last_chunk": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, False, 2)),
+        "all_three": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, True, 0)),
     }
 
 
