@@ -9,6 +9,7 @@ the glue) are listed too, so that a restructure sees the whole cost. Profiled ti
 overhead: the ratios are the point; bench/mixer.py's do_bench times are the reference numbers.
 
     python bench/kernel_times.py --json bench/results/h200-kernel-times.json [--shape nemotron]
+    python bench/kernel_times.py --recount SAVED.json [--json OUT.json]   # a saved result paired again, no GPU
 """
 
 from __future__ import annotations
@@ -198,7 +199,7 @@ def recount(path: Path, json_path: str | None) -> int:
         print_counterparts(phase, rows)
     if json_path:
         payload["counterparts"] = counterparts
-        payload["meta"]["recounted"] = " ".join([sys.executable.split("/")[-1], *sys.argv])
+        payload.setdefault("meta", {})["recounted"] = " ".join([sys.executable.split("/")[-1], *sys.argv])
         atomic_write(json_path, json.dumps(payload, indent=1) + "\n")
     return 0
 
