@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: mixer's shapes
 
 from kernels.chunk_cumsum import chunk_cumsum_args, chunk_cumsum_kernel
+from parity.report import atomic_write
 
 
 @helion.kernel(static_shapes=True)
@@ -113,6 +114,14 @@ def main() -> int:
     parser.add_argument("--warps", default="2,4", help="num_warps to try (comma-separated)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    try:
+        grid = [(int(b), int(w)) for b, w in itertools.product(args.blocks.split(","), args.warps.split(","))]
+    except ValueError:
+        print(
+            f"chunk_cumsum_variants: --blocks and --warps take integers, got {args.blocks!r} and {args.warps!r}",
+            file=sys.stderr,
+        )
+        return 2
     if not torch.cuda.is_available():
         print("chunk_cumsum_variants: needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -132,8 +141,8 @@ def main() -> int:
     reference = None
     for name, (kernel, kargs) in variants(shipped).items():
         best = None
-        for block, warps in itertools.product(args.blocks.split(","), args.warps.split(",")):
-            config = helion.Config(block_sizes=[int(block)], num_warps=int(warps), num_stages=1)
+        for block, warps in grid:
+            config = helion.Config(block_sizes=[block], num_warps=warps, num_stages=1)
             compiled = kernel.bind(kargs).compile_config(config)
             outputs = compiled(*kargs)
             if reference is None:
@@ -144,9 +153,9 @@ def main() -> int:
             results[f"{name}/{block}/{warps}"] = {"ms": ms, "max_diff": diff}
             best = ms if best is None else min(best, ms)
         print(f"{name}: best {best * 1e3:.2f} us, {results['mamba'] / best:.2f}x mamba-ssm", flush=True)
-    if args.json:
-        meta = {"gpu": torch.cuda.get_device_name(), "shape": args.shape, "command": " ".join(sys.argv)}
-        args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
+        if args.json:  # after each variant: a call cut by its limit keeps what it measured
+            meta = {"gpu": torch.cuda.get_device_name(), "shape": args.shape, "command": " ".join(sys.argv)}
+            atomic_write(args.json, json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
     return 0
 
 
