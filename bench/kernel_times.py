@@ -150,18 +150,24 @@ def total_us(table: Table) -> float:
     return sum(row["us"] for row in table.values())
 
 
+def _by_part(table: Table) -> dict[str, float]:
+    """Microseconds per part of :data:`COUNTERPARTS` (``"rest"``: the kernels of none) among ``table``'s kernels."""
+    parts: dict[str, float] = {}
+    for name, row in table.items():
+        part = part_of(name) or "rest"
+        parts[part] = parts.get(part, 0.0) + row["us"]
+    return parts
+
+
 def counterpart_ratios(mamba: Table, helion: Table) -> dict[str, dict[str, float | None]]:
     """Per part of :data:`COUNTERPARTS` present in either table, and for the rest: mamba-ssm's and Helion's
     microseconds and mamba-ssm's over Helion's (None where a side has none of its kernels)."""
+    helion_us, mamba_us = _by_part(helion), _by_part(mamba)
     rows: dict[str, dict[str, float | None]] = {}
     for part in [*COUNTERPARTS, "rest"]:
-        wanted = None if part == "rest" else part
-        helion_names = [name for name in helion if part_of(name) == wanted]
-        mamba_names = [name for name in mamba if part_of(name) == wanted]
-        if not (helion_names or mamba_names):
+        if part not in helion_us and part not in mamba_us:
             continue
-        h_us = sum(helion[name]["us"] for name in helion_names)
-        m_us = sum(mamba[name]["us"] for name in mamba_names)
+        h_us, m_us = helion_us.get(part, 0.0), mamba_us.get(part, 0.0)
         ratio = m_us / h_us if h_us > 0 and m_us > 0 else None
         rows[part] = {"mamba_us": m_us, "helion_us": h_us, "ratio": ratio}
     return rows
