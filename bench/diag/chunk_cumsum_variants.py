@@ -6,10 +6,11 @@ against mamba-ssm's kernel (autotuned as shipped), at a mixer shape, bf16. Kerne
 are compared with the shipped kernel's (max abs difference) so that a fast but different variant is visible.
 
 - ``heads_major``: dt read through a (batch, nheads, seqlen) view, so the tile is [heads, chunk] as loaded
-  (no permute before the scan), as mamba-ssm lays it out;
-- ``fast_softplus``: mamba-ssm's ``log(exp(x) + 1)`` instead of ``log1p(exp(x))``;
-- ``no_tail_fix``: without the copy of the last real position's sum past seqlen (exact only when seqlen is a
-  multiple of the chunk; timing only); ``tail_fix_last_chunk``: the copy only in a chunk that reaches past seqlen.
+  (no permute before the scan), as mamba-ssm lays it out (its sm90 build runs the cumsum inside one warp, the
+  shipped kernel's across warps: ``bench/diag/sm90_build.py``);
+- ``fast_softplus``: that, with mamba-ssm's ``log(exp(x) + 1)`` instead of ``log1p(exp(x))``;
+- ``no_tail_fix``: that, without the copy of the last real position's sum past seqlen (exact only when seqlen is
+  a multiple of the chunk; timing only).
 
     python bench/diag/chunk_cumsum_variants.py --shape nemotron --json out.json
 """
@@ -45,11 +46,13 @@ def heads_major_kernel(
     chunk_size: int,
     chunk_block: hl.constexpr,
     fast_softplus: hl.constexpr,
-    tail_fix: int,
+    tail_fix: hl.constexpr,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The shipped kernel with dt read as (batch, nheads, seqlen), mamba-ssm's softplus if ``fast_softplus``, and
-    the tail copy past seqlen never (``tail_fix`` 0), always (1, as shipped) or only in a chunk that reaches past
-    seqlen (2)."""
+    """The shipped kernel with dt read as (batch, nheads, seqlen) and the tile [heads, chunk] from load to stores
+    (no permute), mamba-ssm's softplus if ``fast_softplus``, the tail copy past seqlen only if ``tail_fix``. Triton's
+    sm90 build of it runs the cumsum inside one warp only so (``bench/diag/sm90_build.py``): with a store under a
+    runtime ``if``, or with the decay's product taken before the dt_out store, it ran across warps as the shipped
+    kernel's does."""
     batch, nheads, seqlen = dt_t.shape
     chunk_size = hl.specialize(chunk_size)
     nchunks = (seqlen + chunk_size - 1) // chunk_size
@@ -69,16 +72,13 @@ def heads_major_kernel(
         step = torch.where(step <= 20.0, soft, step)
         step = torch.clamp(step, dt_min, dt_max)
         step = torch.where(valid[None, :], step, 0.0)
-        decay = step * A[tile_h].to(torch.float32)[:, None]
         hl.store(dt_out, [tile_b.begin, tile_h, tile_c.begin, offs], step, extra_mask=in_chunk[None, :])
-        cumsum = torch.cumsum(decay, dim=1)
-        if tail_fix == 0 or (tail_fix == 2 and tile_c.begin * chunk_size + chunk_size <= seqlen):
-            hl.store(dA_cumsum, [tile_b.begin, tile_h, tile_c.begin, offs], cumsum, extra_mask=in_chunk[None, :])
-        else:
+        cumsum = torch.cumsum(step * A[tile_h].to(torch.float32)[:, None], dim=1)
+        if tail_fix:
             last = valid & ~((offs + 1 < chunk_size) & (pos + 1 < seqlen))
             end = torch.sum(torch.where(last[None, :], cumsum, 0.0), dim=1)
-            fixed = torch.where(valid[None, :], cumsum, end[:, None])
-            hl.store(dA_cumsum, [tile_b.begin, tile_h, tile_c.begin, offs], fixed, extra_mask=in_chunk[None, :])
+            cumsum = torch.where(valid[None, :], cumsum, end[:, None])
+        hl.store(dA_cumsum, [tile_b.begin, tile_h, tile_c.begin, offs], cumsum, extra_mask=in_chunk[None, :])
     return dA_cumsum, dt_out
 
 
@@ -88,11 +88,9 @@ def variants(shipped: tuple[Any, ...]) -> dict[str, tuple[Any, tuple[Any, ...]]]
     dt_t = dt.transpose(1, 2)
     return {
         "shipped": (chunk_cumsum_kernel, shipped),
-        "heads_major": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, False, 1)),
-        "fast_softplus": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, True, 1)),
-        "no_tail_fix": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, False, 0)),
-        "tail_fix_last_chunk": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, False, 2)),
-        "all_three": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, True, 0)),
+        "heads_major": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, False, True)),
+        "fast_softplus": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, True, True)),
+        "no_tail_fix": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, False, False)),
     }
 
 
