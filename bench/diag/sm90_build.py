@@ -92,7 +92,7 @@ def scan_layouts(ttgir: str) -> list[dict[str, list[int]]]:
     return scans
 
 
-def build(jit: Any, values: dict[str, Any], num_warps: int, name: str) -> Build:
+def build(jit: Any, values: dict[str, Any], num_warps: int, name: str, num_stages: int = 1) -> Build:
     """Compile the Triton function ``jit`` for sm90 with the launch arguments ``values`` (by parameter name)."""
     signature: dict[str, str] = {}
     constants: dict[str, Any] = {}
@@ -110,7 +110,9 @@ def build(jit: Any, values: dict[str, Any], num_warps: int, name: str) -> Build:
         else:
             signature[param] = "fp32"
     compiled = triton.compile(
-        ASTSource(jit, signature, constants, attrs), target=SM90, options={"num_warps": num_warps, "num_stages": 1}
+        ASTSource(jit, signature, constants, attrs),
+        target=SM90,
+        options={"num_warps": num_warps, "num_stages": num_stages},
     )
     with tempfile.TemporaryDirectory() as folder:
         cubin = Path(folder) / "kernel.cubin"
@@ -119,7 +121,7 @@ def build(jit: Any, values: dict[str, Any], num_warps: int, name: str) -> Build:
         sass = subprocess.run([_TOOLS / "nvdisasm", "-c", cubin], capture_output=True, text=True).stdout
     instructions = [line for line in sass.splitlines() if re.match(r"\s*/\*[0-9a-f]{4}\*/", line)]
     counts = {"SASS": len(instructions)}
-    for op in ("LDG", "STG", "LDS", "STS", "BAR", "SHFL", "MUFU"):
+    for op in ("LDG", "STG", "LDS", "STS", "LDL", "STL", "BAR", "SHFL", "MUFU", "HMMA", "HGMMA"):
         counts[op] = sum(f" {op}" in line for line in instructions)
     registers = re.search(r"REG:(\d+)", usage)
     ttgir = compiled.asm["ttgir"]
@@ -139,10 +141,10 @@ def helion_builds(kernel: helion.Kernel, args: tuple[Any, ...], config: dict[str
     """The sm90 builds of the Triton kernels one call of a Helion kernel launches with ``config`` (its host code run
     on these CPU tensors with a launcher that records each launch instead of running it)."""
     code = kernel.bind(args).to_triton_code(helion.Config(**config))
-    launches: list[tuple[Any, tuple[Any, ...], int]] = []
+    launches: list[tuple[Any, tuple[Any, ...], int, int]] = []
 
-    def record(jit: Any, grid: Any, *launch_args: Any, num_warps: int = 4, **_: Any) -> None:
-        launches.append((jit, launch_args, num_warps))
+    def record(jit: Any, grid: Any, *launch_args: Any, num_warps: int = 4, num_stages: int = 1, **_: Any) -> None:
+        launches.append((jit, launch_args, num_warps, num_stages))
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"{kernel.fn.__name__}_sm90.py"
@@ -153,7 +155,8 @@ def helion_builds(kernel: helion.Kernel, args: tuple[Any, ...], config: dict[str
         spec.loader.exec_module(module)
         getattr(module, kernel.fn.__name__)(*args, _launcher=record)
         return [
-            build(jit, dict(zip(jit.arg_names, values, strict=False)), warps, name) for jit, values, warps in launches
+            build(jit, dict(zip(jit.arg_names, values, strict=False)), warps, name, stages)
+            for jit, values, warps, stages in launches
         ]
 
 
