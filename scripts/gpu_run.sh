@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the offline H200: install the carried wheels, then run the GPU tests and/or the
 # benchmarks, writing logs and JSON under $OUT (default ./gpu-out). Usage:
-#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [kernels] [cumsum] [record] [convergence] [precision] [e2e] [ssd] [promote] [long] [trees] [index]
+#   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [kernels] [cumsum] [statepass] [record] [convergence] [precision] [e2e] [ssd] [promote] [long] [trees] [index]
 #   (default: tests parity bench; each call is cut at 10 minutes: one or two steps per call)
 # e2e / ssd: tune (Helion's autotuner, resumable) + gate + promote the gated norm / the SSD kernels at the training shape.
 # mixer: the Nemotron mixer (SSD combined + gated RMSNorm) fwd/fwd+bwd/peak memory and the RMSNorm bwd, vs mamba-ssm
@@ -69,6 +69,10 @@ for step in $steps; do
       timeout "${CUMSUM_TIMEOUT:-60}" python3 bench/diag/chunk_cumsum_variants.py --json "$OUT/chunk-cumsum-variants.json" \
         > "$OUT/chunk-cumsum-variants.log" 2>&1 || status=1
       grep -E "^mamba|best" "$OUT/chunk-cumsum-variants.log" | cut -c1-200 ;;
+    statepass) # state_passing's forward as shipped and walked sequentially, against mamba-ssm's (bench/diag/state_passing_variants.py)
+      timeout "${STATEPASS_TIMEOUT:-90}" python3 bench/diag/state_passing_variants.py \
+        --json "$OUT/state-passing-variants.json" > "$OUT/state-passing-variants.log" 2>&1 || status=1
+      grep -E "^mamba|best" "$OUT/state-passing-variants.log" | cut -c1-200 ;;
     record)  # mamba-ssm's autotune choices at the training shapes for what reference/mamba_autotune.json lacks
              # (the pinned examples and training problems of every op; copy $OUT/mamba_autotune.json back)
       PARITY_RECORD_BASELINE=1 timeout "${RECORD_TIMEOUT:-400}" python3 -m parity check --device cuda --examples 0 \

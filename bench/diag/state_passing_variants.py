@@ -1,0 +1,140 @@
+"""Diagnostic: the Helion state_passing forward as shipped (an associative scan over each block of chunks) against
+a sequential walk over the chunks, as mamba-ssm's ``_state_passing_fwd_kernel`` does, and against that kernel.
+
+The sequential kernel holds one row of the state per program and steps through the chunks, storing the state that
+enters each: one load of a chunk's states and one store per step, nothing kept across chunks but the row. Kernel
+time is CUDA-graph replay (``triton.testing.do_bench_cudagraph``), over a small grid of dim blocks, warps and
+pipeline stages, at a mixer shape with the mixer's dtypes (fp32 chunk states, the entering states in bf16). Each
+variant's outputs are compared with the shipped kernel's (max abs difference): the two sum in different orders.
+
+    python bench/diag/state_passing_variants.py --shape nemotron --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import helion
+import helion.language as hl
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: mixer's shapes
+
+from kernels.state_passing import state_passing_args, state_passing_kernel
+from parity.report import atomic_write
+
+
+@helion.kernel(static_shapes=True)
+def sequential_kernel(
+    states: torch.Tensor, dA_chunk_cumsum: torch.Tensor, out_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, final_states) as the shipped kernel computes them with no initial states and no seq_idx: one program per
+    (batch, head, block of dim) walks the chunks one at a time, storing the state entering each."""
+    batch, nchunks, nheads, dim = states.shape
+    out = torch.empty([batch, nchunks, nheads, dim], dtype=out_dtype, device=states.device)
+    final_states = torch.empty([batch, nheads, dim], dtype=torch.float32, device=states.device)
+    for tile_b, tile_h, tile_d in hl.tile([batch, nheads, dim], block_size=[1, 1, None]):
+        carry = hl.zeros([tile_d], dtype=torch.float32)
+        for tile_c in hl.tile(nchunks, block_size=1):
+            out[tile_b.begin, tile_c.begin, tile_h.begin, tile_d] = carry.to(out_dtype)
+            decay = torch.exp(dA_chunk_cumsum[tile_b.begin, tile_h.begin, tile_c.begin].to(torch.float32))
+            carry = decay * carry + states[tile_b.begin, tile_c.begin, tile_h.begin, tile_d].to(torch.float32)
+        final_states[tile_b.begin, tile_h.begin, tile_d] = carry
+    return out, final_states
+
+
+def bench(fn: Callable[[], Any]) -> float:
+    """Median ms per call from CUDA-graph replay."""
+    import triton.testing
+
+    fn()
+    torch.cuda.synchronize()
+    return float(triton.testing.do_bench_cudagraph(fn, rep=50))
+
+
+def _ints(text: str) -> list[int]:
+    return [int(value) for value in text.split(",")]
+
+
+def main() -> int:
+    import mixer
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=sorted(set(mixer.SHAPES) - {"tiny"}), default="nemotron")
+    parser.add_argument("--blocks", default="64,256,1024", help="dim blocks to try (comma-separated)")
+    parser.add_argument("--warps", default="1,4", help="num_warps to try (comma-separated)")
+    parser.add_argument("--stages", default="1,3", help="num_stages to try (comma-separated)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    try:
+        grid = list(itertools.product(_ints(args.blocks), _ints(args.warps), _ints(args.stages)))
+    except ValueError:
+        print(
+            "state_passing_variants: --blocks, --warps and --stages take integers, got "
+            f"{args.blocks!r}, {args.warps!r} and {args.stages!r}",
+            file=sys.stderr,
+        )
+        return 2
+    if not torch.cuda.is_available():
+        print("state_passing_variants: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from parity import device as parity_device
+
+    parity_device.configure("cuda")
+    from reference import mamba_triton
+
+    mamba_triton.autotune_as_shipped()
+    shape = mixer.SHAPES[args.shape]
+    batch, nheads, chunk = shape["batch"], shape["nheads"], shape["chunk_size"]
+    nchunks, dim = -(-shape["seqlen"] // chunk), shape["headdim"] * shape["dstate"]
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    states = torch.randn(batch, nchunks, nheads, dim, device="cuda", generator=generator)
+    dA_cumsum = -torch.rand(batch, nheads, nchunks, chunk, device="cuda", generator=generator).cumsum(-1) / chunk
+    dA_last = dA_cumsum[:, :, :, -1]  # a strided view, as the SSD passes it
+    mamba = mamba_triton._module("ssd_state_passing")._state_passing_fwd
+    results: dict[str, Any] = {"mamba": bench(lambda: mamba(states, dA_last, out_dtype=torch.bfloat16))}
+    print(f"mamba-ssm _state_passing_fwd: {results['mamba'] * 1e3:.2f} us", flush=True)
+    shipped = state_passing_args(states, dA_last, out_dtype=torch.bfloat16)
+    kernels = {
+        "shipped": (state_passing_kernel, shipped),
+        "sequential": (sequential_kernel, (states, dA_last, torch.bfloat16)),
+    }
+    reference = None
+    for name, (kernel, kargs) in kernels.items():
+        best = None
+        for block, warps, stages in grid:
+            config = helion.Config(block_sizes=[block], num_warps=warps, num_stages=stages)
+            static = helion.kernel(kernel.fn, settings=kernel.settings.copy(static_shapes=True))
+            try:
+                compiled = static.bind(kargs).compile_config(config)
+                outputs = compiled(*kargs)
+            except Exception as exc:  # e.g. a scan block too large for the registers: the next config
+                print(f"{name} block {block} warps {warps} stages {stages}: {type(exc).__name__}", flush=True)
+                continue
+            if reference is None:
+                reference = outputs
+            diff = max(float((o.float() - r.float()).abs().max()) for o, r in zip(outputs, reference, strict=True))
+            ms = bench(lambda compiled=compiled, kargs=kargs: compiled(*kargs))
+            print(
+                f"{name} block {block} warps {warps} stages {stages}: {ms * 1e3:.2f} us, max diff {diff:.3g}",
+                flush=True,
+            )
+            results[f"{name}/{block}/{warps}/{stages}"] = {"ms": ms, "max_diff": diff}
+            best = ms if best is None else min(best, ms)
+        if best is not None:
+            print(f"{name}: best {best * 1e3:.2f} us, {results['mamba'] / best:.2f}x mamba-ssm", flush=True)
+        if args.json:  # after each variant: a call cut by its limit keeps what it measured
+            meta = {"gpu": torch.cuda.get_device_name(), "shape": args.shape, "command": " ".join(sys.argv)}
+            atomic_write(args.json, json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
