@@ -8,6 +8,7 @@ These are static facts, not timings: they say where a kernel's build differs fro
 run across warps through shared memory where mamba-ssm's stays inside one warp.
 
     python bench/diag/sm90_build.py --shape nemotron --blocks 4,8,16 --warps 2,4 --json builds.json
+    python bench/diag/sm90_build.py --shape nemotron --ssd-config configs/nvidia-h200-sm90/ssd_combined.json
 
 Run without ``TRITON_INTERPRET=1`` (the interpreter's functions cannot be compiled).
 """
@@ -200,6 +201,54 @@ def _mamba_cumsum(dt: torch.Tensor, A: torch.Tensor, bias: torch.Tensor, chunk: 
     return build(jit, values, warps, f"mamba-ssm head block {block}")
 
 
+def ssd_launches(shape: dict[str, int]) -> dict[str, tuple[helion.Kernel, tuple[Any, ...]]]:
+    """Each Helion kernel of the SSD forward and backward with zero arguments of the mixer's dtypes at ``shape`` (bf16
+    inputs, D per head, dt bias and softplus on, no z, seq_idx or initial states), by its config key."""
+    from kernels import bmm_chunk, chunk_cumsum, chunk_scan, chunk_state, state_passing
+    from kernels import ssd_combined_bwd as bwd
+
+    b, L, h, g = shape["batch"], shape["seqlen"], shape["nheads"], shape["ngroups"]
+    p, n, cs = shape["headdim"], shape["dstate"], shape["chunk_size"]
+    c = -(-L // cs)
+    bf, wide = torch.bfloat16, torch.float64
+    x, dy = torch.zeros(b, L, h, p, dtype=bf), torch.zeros(b, L, h, p, dtype=bf)
+    B, C = torch.zeros(b, L, g, n, dtype=bf), torch.zeros(b, L, g, n, dtype=bf)
+    dt, A, D = torch.zeros(b, L, h, dtype=bf), torch.zeros(h), torch.zeros(h)
+    dt_out, dA = torch.zeros(b, h, c, cs), torch.zeros(b, h, c, cs)
+    cb, dcb = torch.zeros(b, c, g, cs, cs), torch.zeros(b, c, g, cs, cs)
+    states, dS = torch.zeros(b, c, h, p, n), torch.zeros(b, c, h, p, n)
+    per_step = torch.zeros(b, h, c, cs, dtype=wide)
+    ddA_last = torch.zeros(b, h, c, 1, dtype=wide)
+    return {
+        "chunk_cumsum": (chunk_cumsum.chunk_cumsum_kernel, chunk_cumsum.chunk_cumsum_args(dt, A, cs, A, True)),
+        "chunk_state": (
+            chunk_state.chunk_state_kernel,
+            chunk_state.chunk_state_args(B, x, dt_out, dA, states_in_fp32=True),
+        ),
+        "state_passing": (
+            state_passing.state_passing_kernel,
+            state_passing.state_passing_args(states.flatten(3), dA[:, :, :, -1], chunk_size=cs, out_dtype=bf),
+        ),
+        "bmm_chunk": (bmm_chunk.bmm_chunk_kernel, bmm_chunk.bmm_chunk_args(C, B, cs, output_dtype=torch.float32)),
+        "chunk_scan": (
+            chunk_scan.chunk_scan_kernel,
+            chunk_scan.chunk_scan_args(cb, x, dt_out, dA, C, states.to(bf), D=D),
+        ),
+        "bwd_states": (bwd.states_bwd_kernel, (dy, C, dA, states, None, None)),
+        "bwd_dx": (
+            bwd.dx_kernel,
+            (x, dy, dt_out, dA, B, cb, dS, D, None, per_step, per_step, torch.zeros(b, c, h, p, dtype=wide)),
+        ),
+        "bwd_dcb": (bwd.dcb_kernel, (x, dy, dt_out, dA, cb, None, per_step)),
+        "bwd_dc": (bwd.dc_kernel, (dy, states, dA, C, B, dcb, None, per_step)),
+        "bwd_db": (bwd.db_kernel, (x, dt_out, dA, dS, C, dcb, None)),
+        "bwd_ddt": (
+            bwd.ddt_kernel,
+            (*[per_step] * 2, ddA_last, *[per_step] * 2, dt_out, A, dt, A, 0.0, float("inf"), cs, True),
+        ),
+    }
+
+
 def main() -> int:
     import mixer
 
@@ -210,6 +259,12 @@ def main() -> int:
     parser.add_argument("--blocks", default="4,8,16", help="head blocks (comma-separated)")
     parser.add_argument("--warps", default="2,4", help="num_warps (comma-separated)")
     parser.add_argument("--json", type=Path, help="also write every build's facts here")
+    parser.add_argument(
+        "--ssd-config",
+        type=Path,
+        help="instead, build every SSD kernel (static shapes) with this config: a store file's first entry, or a "
+        "tuned config.json",
+    )
     args = parser.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
         print(
@@ -225,6 +280,13 @@ def main() -> int:
         )
         return 2
     shape = mixer.SHAPES[args.shape]
+    if args.ssd_config is not None:
+        try:
+            data = json.loads(args.ssd_config.read_text())
+            configs = data["entries"][0]["config"] if "entries" in data else data
+        except (OSError, ValueError, KeyError, IndexError) as exc:
+            print(f"sm90_build: {args.ssd_config}: not a store file or a config: {exc}", file=sys.stderr)
+            return 2
     batch, seqlen, nheads, chunk = shape["batch"], shape["seqlen"], shape["nheads"], shape["chunk_size"]
     dt = torch.zeros(batch, seqlen, nheads, dtype=torch.bfloat16)
     A, bias = torch.zeros(nheads), torch.zeros(nheads)
@@ -239,6 +301,16 @@ def main() -> int:
         if args.json:
             atomic_write(args.json, json.dumps({"shape": args.shape, "builds": facts}, indent=1) + "\n")
 
+    if args.ssd_config is not None:
+        for key, (kernel, kernel_args) in ssd_launches(shape).items():
+            # host_tensor_descriptors: a key Helion accepts only where a GPU is present (it is off in these configs)
+            config = {
+                k: v for k, v in configs.get(key, {}).items() if k not in ("static_shapes", "host_tensor_descriptors")
+            }
+            static = helion.kernel(kernel.fn, settings=kernel.settings.copy(static_shapes=True))
+            for result in helion_builds(static, kernel_args, config, key):
+                report(result, kernel="helion", config=config)
+        return 0
     for block, warps in grid:
         report(_mamba_cumsum(dt, A, bias, chunk, block, warps), kernel="mamba-ssm", block=block, warps=warps)
         for static in (False, True):
