@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +30,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: mixer's shapes
 
+from variant_timing import Variant, gpu_ready, graph_ms, time_variants
+
 from kernels.chunk_cumsum import chunk_cumsum_args, chunk_cumsum_kernel
-from parity.report import atomic_write
 
 
 @helion.kernel(static_shapes=True)
@@ -82,25 +81,16 @@ def heads_major_kernel(
     return dA_cumsum, dt_out
 
 
-def variants(shipped: tuple[Any, ...]) -> dict[str, tuple[Any, tuple[Any, ...]]]:
-    """name -> (kernel, its arguments) for the shipped kernel's arguments (dt_softplus on, a dt_bias given)."""
+def variants(shipped: tuple[Any, ...], configs: list[dict[str, Any]]) -> dict[str, Variant]:
+    """name -> (kernel, its arguments, configs) for the shipped kernel's arguments (dt_softplus on, a dt_bias given)."""
     dt, A, bias, lo, hi, chunk, block, _ = shipped
     dt_t = dt.transpose(1, 2)
     return {
-        "shipped": (chunk_cumsum_kernel, shipped),
-        "heads_major": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, False, True)),
-        "fast_softplus": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, True, True)),
-        "no_tail_fix": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, False, False)),
+        "shipped": (chunk_cumsum_kernel, shipped, configs),
+        "heads_major": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, False, True), configs),
+        "fast_softplus": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, True, True), configs),
+        "no_tail_fix": (heads_major_kernel, (dt_t, A, bias, lo, hi, chunk, block, False, False), configs),
     }
-
-
-def bench(fn: Callable[[], Any]) -> float:
-    """Median ms per call from CUDA-graph replay."""
-    import triton.testing
-
-    fn()
-    torch.cuda.synchronize()
-    return float(triton.testing.do_bench_cudagraph(fn, rep=50))
 
 
 def main() -> int:
@@ -120,40 +110,20 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
-    if not torch.cuda.is_available():
-        print("chunk_cumsum_variants: needs a CUDA GPU", file=sys.stderr)
+    if not gpu_ready("chunk_cumsum_variants"):
         return 2
-    from parity import device as parity_device
-
-    parity_device.configure("cuda")
     from reference import mamba_triton
 
-    mamba_triton.autotune_as_shipped()
     inputs = mixer.mixer_inputs(mixer.SHAPES[args.shape], torch.bfloat16, torch.device("cuda"))
     leaves, chunk = {k: v.detach() for k, v in inputs["leaves"].items()}, inputs["chunk_size"]
     dt, A, bias = leaves["dt"], leaves["A"], leaves["dt_bias"]
     shipped = chunk_cumsum_args(dt, A, chunk, bias, True)
     mamba = mamba_triton._module("ssd_chunk_state")._chunk_cumsum_fwd
-    results: dict[str, Any] = {"mamba": bench(lambda: mamba(dt, A, chunk, dt_bias=bias, dt_softplus=True))}
-    print(f"mamba-ssm _chunk_cumsum_fwd: {results['mamba'] * 1e3:.2f} us", flush=True)
-    reference = None
-    for name, (kernel, kargs) in variants(shipped).items():
-        best = None
-        for block, warps in grid:
-            config = helion.Config(block_sizes=[block], num_warps=warps, num_stages=1)
-            compiled = kernel.bind(kargs).compile_config(config)
-            outputs = compiled(*kargs)
-            if reference is None:
-                reference = outputs
-            diff = max(float((o - r).abs().max()) for o, r in zip(outputs, reference, strict=True))
-            ms = bench(lambda compiled=compiled, kargs=kargs: compiled(*kargs))
-            print(f"{name} block {block} warps {warps}: {ms * 1e3:.2f} us, max diff vs shipped {diff:.3g}", flush=True)
-            results[f"{name}/{block}/{warps}"] = {"ms": ms, "max_diff": diff}
-            best = ms if best is None else min(best, ms)
-        print(f"{name}: best {best * 1e3:.2f} us, {results['mamba'] / best:.2f}x mamba-ssm", flush=True)
-        if args.json:  # after each variant: a call cut by its limit keeps what it measured
-            meta = {"gpu": torch.cuda.get_device_name(), "shape": args.shape, "command": " ".join(sys.argv)}
-            atomic_write(args.json, json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
+    mamba_ms = graph_ms(lambda: mamba(dt, A, chunk, dt_bias=bias, dt_softplus=True))
+    print(f"mamba-ssm _chunk_cumsum_fwd: {mamba_ms * 1e3:.2f} us", flush=True)
+    configs = [{"block_sizes": [block], "num_warps": warps, "num_stages": 1} for block, warps in grid]
+    meta = {"gpu": torch.cuda.get_device_name(), "shape": args.shape, "command": " ".join(sys.argv)}
+    time_variants(variants(shipped, configs), mamba_ms, args.json, meta)
     return 0
 
 

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +25,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: mixer's shapes
 
+from variant_timing import Variant, gpu_ready, graph_ms, time_variants
+
 from kernels.state_passing import state_passing_args, state_passing_kernel
-from parity.report import atomic_write
 
 
 @helion.kernel(static_shapes=True)
@@ -55,15 +54,6 @@ SHIPPED_GRID = [(64, 1, 1), (32, 1, 1), (128, 2, 1)]
 neighbours; a wider block holds every chunk of it at once."""
 
 
-def bench(fn: Callable[[], Any]) -> float:
-    """Median ms per call from CUDA-graph replay."""
-    import triton.testing
-
-    fn()
-    torch.cuda.synchronize()
-    return float(triton.testing.do_bench_cudagraph(fn, rep=50))
-
-
 def _ints(text: str) -> list[int]:
     return [int(value) for value in text.split(",")]
 
@@ -87,15 +77,10 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
-    if not torch.cuda.is_available():
-        print("state_passing_variants: needs a CUDA GPU", file=sys.stderr)
+    if not gpu_ready("state_passing_variants"):
         return 2
-    from parity import device as parity_device
-
-    parity_device.configure("cuda")
     from reference import mamba_triton
 
-    mamba_triton.autotune_as_shipped()
     shape = mixer.SHAPES[args.shape]
     batch, nheads, chunk = shape["batch"], shape["nheads"], shape["chunk_size"]
     nchunks, dim = -(-shape["seqlen"] // chunk), shape["headdim"] * shape["dstate"]
@@ -104,40 +89,22 @@ def main() -> int:
     dA_cumsum = -torch.rand(batch, nheads, nchunks, chunk, device="cuda", generator=generator).cumsum(-1) / chunk
     dA_last = dA_cumsum[:, :, :, -1]  # a strided view, as the SSD passes it
     mamba = mamba_triton._module("ssd_state_passing")._state_passing_fwd
-    results: dict[str, Any] = {"mamba": bench(lambda: mamba(states, dA_last, out_dtype=torch.bfloat16))}
-    print(f"mamba-ssm _state_passing_fwd: {results['mamba'] * 1e3:.2f} us", flush=True)
-    shipped = state_passing_args(states, dA_last, out_dtype=torch.bfloat16)
-    kernels = {
-        "shipped": (state_passing_kernel, shipped, SHIPPED_GRID),
-        "sequential": (sequential_kernel, (states, dA_last, torch.bfloat16), grid),
+    mamba_ms = graph_ms(lambda: mamba(states, dA_last, out_dtype=torch.bfloat16))
+    print(f"mamba-ssm _state_passing_fwd: {mamba_ms * 1e3:.2f} us", flush=True)
+
+    def configs(triples: list[tuple[int, int, int]]) -> list[dict[str, Any]]:
+        return [{"block_sizes": [b], "num_warps": w, "num_stages": s} for b, w, s in triples]
+
+    variants: dict[str, Variant] = {
+        "shipped": (
+            state_passing_kernel,
+            state_passing_args(states, dA_last, out_dtype=torch.bfloat16),
+            configs(SHIPPED_GRID),
+        ),
+        "sequential": (sequential_kernel, (states, dA_last, torch.bfloat16), configs(grid)),
     }
-    reference = None
-    for name, (kernel, kargs, configs) in kernels.items():
-        best = None
-        for block, warps, stages in configs:
-            config = helion.Config(block_sizes=[block], num_warps=warps, num_stages=stages)
-            static = helion.kernel(kernel.fn, settings=kernel.settings.copy(static_shapes=True))
-            try:
-                compiled = static.bind(kargs).compile_config(config)
-                outputs = compiled(*kargs)
-            except Exception as exc:  # e.g. a scan block too large for the registers: the next config
-                print(f"{name} block {block} warps {warps} stages {stages}: {type(exc).__name__}", flush=True)
-                continue
-            if reference is None:
-                reference = outputs
-            diff = max(float((o.float() - r.float()).abs().max()) for o, r in zip(outputs, reference, strict=True))
-            ms = bench(lambda compiled=compiled, kargs=kargs: compiled(*kargs))
-            print(
-                f"{name} block {block} warps {warps} stages {stages}: {ms * 1e3:.2f} us, max diff {diff:.3g}",
-                flush=True,
-            )
-            results[f"{name}/{block}/{warps}/{stages}"] = {"ms": ms, "max_diff": diff}
-            best = ms if best is None else min(best, ms)
-        if best is not None:
-            print(f"{name}: best {best * 1e3:.2f} us, {results['mamba'] / best:.2f}x mamba-ssm", flush=True)
-        if args.json:  # after each variant: a call cut by its limit keeps what it measured
-            meta = {"gpu": torch.cuda.get_device_name(), "shape": args.shape, "command": " ".join(sys.argv)}
-            atomic_write(args.json, json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
+    meta = {"gpu": torch.cuda.get_device_name(), "shape": args.shape, "command": " ".join(sys.argv)}
+    time_variants(variants, mamba_ms, args.json, meta)
     return 0
 
 
