@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: mixer's shapes
 
-from variant_timing import Variant, gpu_ready, graph_ms, time_variants
+from variant_timing import Variant, gpu_ready, graph_ms, int_list, time_variants
 
 from kernels.chunk_cumsum import chunk_cumsum_args, chunk_cumsum_kernel
 
@@ -103,7 +103,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     try:
-        grid = [(int(b), int(w)) for b, w in itertools.product(args.blocks.split(","), args.warps.split(","))]
+        grid = list(itertools.product(int_list(args.blocks), int_list(args.warps)))
     except ValueError:
         print(
             f"chunk_cumsum_variants: --blocks and --warps take integers, got {args.blocks!r} and {args.warps!r}",

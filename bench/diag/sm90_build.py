@@ -38,6 +38,9 @@ from triton.compiler import ASTSource
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: mixer's shapes
 
+from variant_timing import int_list, static_build
+
+from parity.lookup import STATIC_SHAPES
 from parity.report import atomic_write
 
 SM90 = GPUTarget("cuda", 90, 32)
@@ -273,7 +276,7 @@ def main() -> int:
         )
         return 2
     try:
-        grid = [(int(b), int(w)) for b in args.blocks.split(",") for w in args.warps.split(",")]
+        grid = [(b, w) for b in int_list(args.blocks) for w in int_list(args.warps)]
     except ValueError:
         print(
             f"sm90_build: --blocks and --warps take integers, got {args.blocks!r} and {args.warps!r}", file=sys.stderr
@@ -305,18 +308,16 @@ def main() -> int:
         for key, (kernel, kernel_args) in ssd_launches(shape).items():
             # host_tensor_descriptors: a key Helion accepts only where a GPU is present (it is off in these configs)
             config = {
-                k: v for k, v in configs.get(key, {}).items() if k not in ("static_shapes", "host_tensor_descriptors")
+                k: v for k, v in configs.get(key, {}).items() if k not in (STATIC_SHAPES, "host_tensor_descriptors")
             }
-            static = helion.kernel(kernel.fn, settings=kernel.settings.copy(static_shapes=True))
+            static = static_build(kernel)
             for result in helion_builds(static, kernel_args, config, key):
                 report(result, kernel="helion", config=config)
         return 0
+    builds = {static: static_build(chunk_cumsum_kernel, static) for static in (False, True)}  # bound once each
     for block, warps in grid:
         report(_mamba_cumsum(dt, A, bias, chunk, block, warps), kernel="mamba-ssm", block=block, warps=warps)
-        for static in (False, True):
-            kernel = helion.kernel(
-                chunk_cumsum_kernel.fn, settings=chunk_cumsum_kernel.settings.copy(static_shapes=static)
-            )
+        for static, kernel in builds.items():
             config = {"block_sizes": [block], "num_warps": warps, "num_stages": 1}
             name = f"helion chunk_cumsum head block {block}, {'static' if static else 'dynamic'} shapes"
             for result in helion_builds(kernel, kernel_args, config, name):

@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: mixer's shapes
 
-from variant_timing import Variant, gpu_ready, graph_ms, time_variants
+from variant_timing import Variant, gpu_ready, graph_ms, int_list, time_variants
 
 from kernels.state_passing import state_passing_args, state_passing_kernel
 
@@ -54,10 +54,6 @@ SHIPPED_GRID = [(64, 1, 1), (32, 1, 1), (128, 2, 1)]
 neighbours; a wider block holds every chunk of it at once."""
 
 
-def _ints(text: str) -> list[int]:
-    return [int(value) for value in text.split(",")]
-
-
 def main() -> int:
     import mixer
 
@@ -69,7 +65,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     try:
-        grid = list(itertools.product(_ints(args.blocks), _ints(args.warps), _ints(args.stages)))
+        grid = list(itertools.product(int_list(args.blocks), int_list(args.warps), int_list(args.stages)))
     except ValueError:
         print(
             "state_passing_variants: --blocks, --warps and --stages take integers, got "

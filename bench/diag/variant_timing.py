@@ -21,6 +21,16 @@ Variant = tuple[helion.Kernel, tuple[Any, ...], Sequence[Mapping[str, Any]]]
 """A kernel (run as its static-shape build), its arguments and the configs to time it at."""
 
 
+def int_list(text: str) -> list[int]:
+    """A comma-separated list of integers (a diagnostic's grid argument); ValueError otherwise."""
+    return [int(value) for value in text.split(",")]
+
+
+def static_build(kernel: helion.Kernel, static: bool = True) -> helion.Kernel:
+    """``kernel`` with static shapes on (as promoted configs run it) or off."""
+    return helion.kernel(kernel.fn, settings=kernel.settings.copy(static_shapes=static))
+
+
 def gpu_ready(script: str) -> bool:
     """Whether a CUDA GPU is there (else one error line naming ``script``); if so, the process is set up for it and
     mamba-ssm's Triton kernels autotune as shipped."""
@@ -57,7 +67,7 @@ def time_variants(
     results: dict[str, Any] = {"mamba": baseline_ms}
     reference = None
     for name, (kernel, args, configs) in variants.items():
-        static = helion.kernel(kernel.fn, settings=kernel.settings.copy(static_shapes=True))
+        static = static_build(kernel)
         best = None
         for fields in configs:
             label = " ".join(f"{key} {value}" for key, value in fields.items())
