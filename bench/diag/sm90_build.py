@@ -9,6 +9,7 @@ run across warps through shared memory where mamba-ssm's stays inside one warp.
 
     python bench/diag/sm90_build.py --shape nemotron --blocks 4,8,16 --warps 2,4 --json builds.json
     python bench/diag/sm90_build.py --shape nemotron --ssd-config configs/nvidia-h200-sm90/ssd_combined.json
+    python bench/diag/sm90_build.py --ssd-config configs/nvidia-h200-sm90/ssd_combined.json --only bwd_dcb --warps 4,8
 
 Run without ``TRITON_INTERPRET=1`` (the interpreter's functions cannot be compiled).
 """
@@ -260,7 +261,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=sorted(mixer.SHAPES), default="nemotron")
     parser.add_argument("--blocks", default="4,8,16", help="head blocks (comma-separated)")
-    parser.add_argument("--warps", default="2,4", help="num_warps (comma-separated)")
+    parser.add_argument(
+        "--warps", help="num_warps (comma-separated; default 2,4, and with --ssd-config each config's own)"
+    )
+    parser.add_argument("--only", help="with --ssd-config, build only these kernels (config keys, comma-separated)")
     parser.add_argument("--json", type=Path, help="also write every build's facts here")
     parser.add_argument(
         "--ssd-config",
@@ -276,7 +280,8 @@ def main() -> int:
         )
         return 2
     try:
-        grid = [(b, w) for b in int_list(args.blocks) for w in int_list(args.warps)]
+        warps = int_list(args.warps or "2,4")
+        grid = [(b, w) for b in int_list(args.blocks) for w in warps]
     except ValueError:
         print(
             f"sm90_build: --blocks and --warps take integers, got {args.blocks!r} and {args.warps!r}", file=sys.stderr
@@ -305,14 +310,22 @@ def main() -> int:
             atomic_write(args.json, json.dumps({"shape": args.shape, "builds": facts}, indent=1) + "\n")
 
     if args.ssd_config is not None:
-        for key, (kernel, kernel_args) in ssd_launches(shape).items():
+        launches = ssd_launches(shape)
+        only = args.only.split(",") if args.only else list(launches)
+        if unknown := sorted(set(only) - set(launches)):
+            print(f"sm90_build: --only: no SSD kernel {unknown}; the kernels are {sorted(launches)}", file=sys.stderr)
+            return 2
+        for key in only:
+            kernel, kernel_args = launches[key]
             # host_tensor_descriptors: a key Helion accepts only where a GPU is present (it is off in these configs)
             config = {
                 k: v for k, v in configs.get(key, {}).items() if k not in (STATIC_SHAPES, "host_tensor_descriptors")
             }
             static = static_build(kernel)
-            for result in helion_builds(static, kernel_args, config, key):
-                report(result, kernel="helion", config=config)
+            for num_warps in warps if args.warps else [config.get("num_warps", 4)]:
+                config = {**config, "num_warps": num_warps}
+                for result in helion_builds(static, kernel_args, config, f"{key} {num_warps} warps"):
+                    report(result, kernel="helion", config=config)
         return 0
     builds = {static: static_build(chunk_cumsum_kernel, static) for static in (False, True)}  # bound once each
     for block, warps in grid:
