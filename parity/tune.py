@@ -416,6 +416,22 @@ class Outcome:
     note: str = ""
 
 
+def _check_fits(spec: Any, seed: Mapping[str, Any]) -> None:
+    """Raise ``helion.exc.InvalidConfig`` unless ``seed`` is a config of the kernel ``spec`` describes: Helion's own
+    normalization, and a list of one entry per load, loop or block (``indexing``, ``range_num_stages``, ...) as long as
+    the kernel's. Normalization keeps a list of another length, and Helion's search then fails on the seed as a
+    whole (an AssertionError): a best config found at another argument signature can have one load more or less."""
+    import helion
+
+    config = helion.Config(**seed)
+    spec.normalize(config)
+    default = spec.default_config().config
+    for key, value in config.config.items():
+        expected = default.get(key)
+        if isinstance(value, list) and isinstance(expected, list) and len(value) != len(expected):
+            raise helion.exc.InvalidConfig(f"{key} has {len(value)} entries, the kernel {len(expected)}")
+
+
 @dataclass
 class Tuner:
     """Tune one op's kernels at one problem and dtype; results under ``out`` (see :meth:`folder`)."""
@@ -744,7 +760,7 @@ class Tuner:
         valid = []
         for seed in seeds:
             try:
-                plain.config_spec.normalize(helion.Config(**seed))
+                _check_fits(plain.config_spec, seed)
                 valid.append(seed)
             except helion.exc.InvalidConfig as exc:
                 self._say(f"  seed dropped: {json.dumps(seed)}: {exc}")
