@@ -3,6 +3,7 @@
 # benchmarks, writing logs and JSON under $OUT (default ./gpu-out). Usage:
 #   bash scripts/gpu_run.sh [tests] [parity] [bench] [gate] [mixer] [kernels] [cumsum] [statepass] [record] [convergence] [precision] [e2e] [ssd] [promote] [long] [trees] [index]
 #   (default: tests parity bench; each call is cut at 10 minutes: one or two steps per call)
+# PATCH=FILE first applies FILE (a `git diff`, e.g. a change awaiting its gate) to the device's copy of the tree only.
 # e2e / ssd: tune (Helion's autotuner, resumable) + gate + promote the gated norm / the SSD kernels at the training shape.
 # mixer: the Nemotron mixer (SSD combined + gated RMSNorm) fwd/fwd+bwd/peak memory and the RMSNorm bwd, vs mamba-ssm
 set -uo pipefail
@@ -16,6 +17,11 @@ pack() {
 }
 trap pack EXIT
 trap 'exit 143' TERM INT  # a call cut at its limit by a signal still packs what it wrote
+if [ -n "${PATCH:-}" ]; then
+  why=$(git apply --whitespace=nowarn "$PATCH" 2>&1) \
+    || { echo "gpu_run.sh: PATCH=$PATCH does not apply to this tree: $(echo "$why" | head -1)"; exit 3; }
+  echo "applied $PATCH" | tee "$OUT/patch.txt"
+fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "wheel install failed"; exit 3; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
