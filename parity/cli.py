@@ -599,6 +599,7 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> int:
         log=lambda text: _say(console, text),
         time_limit=args.time_limit,
         gpus=_tune_gpus(args),
+        workers=args.workers,
         same_search=args.same_search,
     )
     outcome = tuner.run(only=args.kernel, force=args.force, plan=args.plan)

@@ -453,6 +453,9 @@ class Tuner:
     started: float = field(default_factory=time.monotonic)
     gpus: int = 1
     """GPUs to spread the kernel searches over, one spawned process per GPU (:func:`spread`); 1: all here."""
+    workers: int = 1
+    """Processes a judgement runs the op's pinned examples in (:mod:`parity.workers`, registered ops), at the same
+    time as the tuning problem runs here, where its builds are already compiled; 1: all here, one after another."""
     same_search: bool = False
     """A record searched with other settings (effort, budget, precompile, random seed) is not current: re-running
     with new settings re-tunes every kernel once, resumably (``--force`` redoes every kernel on every run)."""
@@ -866,9 +869,7 @@ class Tuner:
             return None
         self._say(f"judging {what} end to end, forward and backward, on {len(problems)} problem(s)")
         started = time.monotonic()
-        results: list[CaseResult] = []
-        for problem in problems:
-            results += run_problem(self.spec, [impl], problem, self.dtype, 0, self.device, self.tolerances)
+        results = self._run_problems(impl, problems)
         failed = [r for r in results if not r.passed]
         record: dict[str, Any] = {**key, "what": what, "passed": not failed, "failures": [r.message() for r in failed]}
         if not failed:
@@ -883,6 +884,35 @@ class Tuner:
         for message in record["failures"][:3]:
             self.log(message)
         return record
+
+    def _run_problems(self, impl: Impl, problems: Sequence[Problem]) -> list[CaseResult]:
+        """The engine's results for ``impl`` on each problem, forward and backward, in order. With :attr:`workers`,
+        the first (the tuning problem, whose builds this process holds) runs here while the workers start, then the
+        others run in up to that many spawned processes at once (their compiles on the host's cores at once)."""
+        from parity import registry
+
+        def here(problem: Problem) -> list[CaseResult]:
+            return run_problem(self.spec, [impl], problem, self.dtype, 0, self.device, self.tolerances)
+
+        rest = list(problems[1:])
+        if self.workers <= 1 or not rest or registry.load().get(self.spec.name) is not self.spec:
+            return [result for problem in problems for result in here(problem)]
+        from parity.workers import check_case, run_groups
+
+        first: list[CaseResult] = []
+        found: dict[int, list[CaseResult]] = {}
+        dtype = dtype_name(self.dtype)
+
+        def work() -> tuple[list[list[Any]], list[Any]]:
+            first.extend(here(problems[0]))
+            args = [(self.spec.name, (impl,), p, 0, dtype, self.device, self.tolerances, True) for p in rest]
+            return [[(check_case, case)] for case in args], []
+
+        def done(where: tuple[int, int], results: list[CaseResult]) -> None:
+            found[where[0]] = results
+
+        run_groups(work, self.device, self.tolerances, min(self.workers, len(rest)), done)
+        return first + [result for group in range(len(rest)) for result in found[group]]
 
     def _passed_on_more(self, key: Mapping[str, Any]) -> dict[str, Any] | None:
         """A stored verdict that passed with ``key``'s config on every problem of ``key`` and more (the trust, judged

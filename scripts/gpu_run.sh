@@ -124,7 +124,7 @@ for step in $steps; do
       if [ "$limit" -lt 60 ]; then
         echo "tune $op: no time left in this call"; status=1
       elif timeout -k 10 "$(( limit + 60 ))" python3 -m parity tune "$op" --device cuda --budget "$budget" \
-          --effort "${TUNE_EFFORT:-quick}" --precompile "${PRECOMPILE:-fork}" \
+          --effort "${TUNE_EFFORT:-quick}" --precompile "${PRECOMPILE:-fork}" --workers "${WORKERS:-15}" \
           ${PRECOMPILE_JOBS:+--precompile-jobs "$PRECOMPILE_JOBS"} ${TUNE_SHAPE:+--shape "$TUNE_SHAPE"} ${TUNE_ARGS:-} \
           --time-limit "$limit" --out "$OUT/tuned" > "$log" 2>&1; then
         cfg=$(sed -n 's/.*done: the assembled config passed end to end: //p' "$log" | tail -1)

@@ -879,3 +879,32 @@ def test_time_limit_stops_before_starting_work_and_says_so(tmp_path):
     t = tuner(tmp_path, search, time_limit=0.001)
     assert t.run().status == "incomplete" and search.seen == []
     assert any("re-run the same command to continue" in line for line in logged(t))
+
+
+def test_a_judgement_runs_the_examples_in_workers_with_the_same_verdicts(tmp_path, monkeypatch):
+    """With ``workers`` (``parity tune --workers``), the judgement runs the op's pinned examples in spawned processes
+    while the tuning problem runs here: the same cases, in the same order, with the same verdicts as all here."""
+    import parity.workers
+
+    spec = SPECS["chunk_cumsum"]
+    base = dataclasses.replace(spec.candidates[0], config=None)
+    problem = {**spec.examples[0], "seqlen": 40}
+    spread_over: list[int] = []
+    real = parity.workers.run_groups
+
+    def counted(work: Any, device: str, tols: Any, workers: int, on_result: Any) -> None:
+        spread_over.append(workers)
+        real(work, device, tols, workers, on_result)
+
+    monkeypatch.setattr(parity.workers, "run_groups", counted)
+    cases = {}
+    for workers in (1, 2):
+        t = Tuner(spec, base, problem, torch.float32, "cpu", TOLS, tmp_path / str(workers), workers=workers)
+        impl = dataclasses.replace(base, config={})
+        cases[workers] = t._run_problems(impl, [problem, *spec.examples])
+    assert spread_over == [2]
+    assert [r.problem for r in cases[2]] == [problem, *spec.examples] == [r.problem for r in cases[1]]
+    assert [(r.passed, [q.name for q in r.quantities]) for r in cases[2]] == [
+        (r.passed, [q.name for q in r.quantities]) for r in cases[1]
+    ]
+    assert all(r.passed for r in cases[2])
